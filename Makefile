@@ -1,0 +1,44 @@
+# kandle — make targets. `make demo` and `make test` are the two commands a new user needs.
+GO       ?= go
+BIN      := bin/kandle
+PKGS     := ./...
+# Packages run one at a time: the crash harness and the emulator tests compete
+# for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
+TESTFLAGS ?= -p 1 -timeout 30m
+
+.PHONY: build demo test deps bench soak lint docs clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/kandle
+
+## demo: dev broker + trade generator + the embedded crypto topology, candles printed as a table
+demo: build
+	./$(BIN) demo
+
+## deps: install what the tests talk to (kcat, redis-server, npm emulators)
+deps:
+	bash scripts/test-deps.sh
+
+## test: every test, against real servers started on free loopback ports
+test: deps
+	$(GO) vet $(PKGS)
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+## bench: throughput figures (aggregation core, end to end, sinks, Valkey vs per-trade Lua)
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./processors ./decimal ./engine ./connectors/...
+
+## soak: the long crash harness (many more kills and trades than make test)
+soak: deps
+	KANDLE_SOAK=1 $(GO) test -run 'TestCrashHarness' -timeout 60m -v ./cmd/kandle
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## docs: regenerate docs/reference.md from the component specs
+docs:
+	$(GO) run ./cmd/kandle docs > docs/reference.md
+
+clean:
+	rm -rf bin

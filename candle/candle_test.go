@@ -1,0 +1,121 @@
+package candle
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kandle/kandle/decimal"
+)
+
+func ms(s string) int64 {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		panic(err)
+	}
+	return t.UnixMilli()
+}
+
+func utc(v int64) string { return time.UnixMilli(v).UTC().Format(time.RFC3339) }
+
+func TestWindows(t *testing.T) {
+	ny, _ := time.LoadLocation("America/New_York")
+	seoul, _ := time.LoadLocation("Asia/Seoul")
+	for _, tc := range []struct {
+		tf        string
+		loc       *time.Location
+		at        string
+		open, end string
+	}{
+		{"1m", nil, "2026-11-23T10:07:59Z", "2026-11-23T10:07:00Z", "2026-11-23T10:08:00Z"},
+		{"5m", nil, "2026-11-23T10:05:00Z", "2026-11-23T10:05:00Z", "2026-11-23T10:10:00Z"},
+		{"4h", nil, "2026-11-23T03:59:59Z", "2026-11-23T00:00:00Z", "2026-11-23T04:00:00Z"},
+		{"1d", nil, "2026-11-23T23:59:59Z", "2026-11-23T00:00:00Z", "2026-11-24T00:00:00Z"},
+		{"1w", nil, "2026-11-29T23:00:00Z", "2026-11-23T00:00:00Z", "2026-11-30T00:00:00Z"}, // Mon..Sun
+		{"1M", nil, "2026-02-14T00:00:00Z", "2026-02-01T00:00:00Z", "2026-03-01T00:00:00Z"},
+		{"1d", seoul, "2026-11-23T14:59:59Z", "2026-11-22T15:00:00Z", "2026-11-23T15:00:00Z"},
+		{"1m", seoul, "1969-12-31T23:59:30Z", "1969-12-31T23:59:00Z", "1970-01-01T00:00:00Z"},
+		// DST in New York: 2026-03-08 is 23 hours long, 2026-11-01 is 25.
+		{"1d", ny, "2026-03-08T12:00:00Z", "2026-03-08T05:00:00Z", "2026-03-09T04:00:00Z"},
+		{"1d", ny, "2026-11-01T12:00:00Z", "2026-11-01T04:00:00Z", "2026-11-02T05:00:00Z"},
+		{"1w", ny, "2026-11-01T12:00:00Z", "2026-10-26T04:00:00Z", "2026-11-02T05:00:00Z"},
+		{"1M", seoul, "2026-11-30T16:00:00Z", "2026-11-30T15:00:00Z", "2026-12-31T15:00:00Z"},
+	} {
+		tf, err := ParseTimeframe(tc.tf, tc.loc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := tf.Start(ms(tc.at))
+		if utc(open) != tc.open || utc(tf.End(open)) != tc.end {
+			t.Errorf("%s in %v at %s: [%s, %s), want [%s, %s)", tc.tf, tc.loc, tc.at,
+				utc(open), utc(tf.End(open)), tc.open, tc.end)
+		}
+	}
+}
+
+func TestParseTimeframeErrors(t *testing.T) {
+	for _, s := range []string{"", "m", "0m", "-1m", "5x", "2w", "3M", "1.5h"} {
+		if _, err := ParseTimeframe(s, nil); err == nil {
+			t.Errorf("ParseTimeframe(%q) accepted", s)
+		}
+	}
+}
+
+func TestNests(t *testing.T) {
+	seoul, _ := time.LoadLocation("Asia/Seoul")
+	ny, _ := time.LoadLocation("America/New_York")
+	kolkata, _ := time.LoadLocation("Asia/Kolkata")
+	for _, tc := range []struct {
+		sub, sup string
+		loc      *time.Location
+		ok       bool
+		why      string
+	}{
+		{"1m", "5m", nil, true, ""}, {"5m", "15m", nil, true, ""}, {"15m", "1h", nil, true, ""},
+		{"1h", "4h", nil, true, ""}, {"4h", "1d", nil, true, ""}, {"1d", "1w", nil, true, ""},
+		{"1d", "1M", nil, true, ""}, {"1m", "1M", nil, true, ""},
+		{"5m", "7m", nil, false, "not a multiple"}, {"1h", "1h", nil, false, "not a multiple"},
+		{"1w", "1M", nil, false, "Monday"},
+		{"4h", "1d", seoul, false, "15:00 UTC"}, {"1h", "1d", seoul, true, ""},
+		{"1h", "1d", ny, true, ""}, {"4h", "1d", ny, false, "not a 4h boundary"},
+		{"1h", "1d", kolkata, false, "boundary"}, {"30m", "1d", kolkata, true, ""},
+		{"1d", "1w", seoul, true, ""}, {"1d", "3d", ny, true, ""}, {"2d", "1w", nil, false, ""},
+	} {
+		sub, _ := ParseTimeframe(tc.sub, tc.loc)
+		sup, _ := ParseTimeframe(tc.sup, tc.loc)
+		err := Nests(sub, sup)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), tc.why)) {
+			t.Errorf("Nests(%s, %s, %v) = %v, want ok=%v containing %q", tc.sub, tc.sup, tc.loc, err, tc.ok, tc.why)
+		}
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	c := Candle{Symbol: `BTC/"USDT"`, Timeframe: "1m", OpenTime: 60000, CloseTime: 120000,
+		Open: decimal.MustParse("1.5"), High: decimal.MustParse("2"), Low: decimal.MustParse("0.1"),
+		Close: decimal.MustParse("1"), Volume: decimal.MustParse("1"), QuoteVolume: decimal.MustParse("1.23"),
+		Trades: 10, Gap: false}
+	b := c.AppendJSON(nil)
+	want := `{"symbol":"BTC/\"USDT\"","timeframe":"1m","open_time":60000,"close_time":120000,"open":"1.5","high":"2","low":"0.1","close":"1","volume":"1","quote_volume":"1.23","trades":10,"gap":false}`
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	back, err := ParseJSON(b)
+	if err != nil || back != c {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+}
+
+func TestParseEventTime(t *testing.T) {
+	if v, err := ParseEventTime([]byte("1700000000123"), false); err != nil || v != 1700000000123 {
+		t.Fatal(v, err)
+	}
+	if v, err := ParseEventTime([]byte("2026-11-23T10:00:00.5+09:00"), true); err != nil || utc(v) != "2026-11-23T01:00:00Z" || v%1000 != 500 {
+		t.Fatal(v, err)
+	}
+	for _, bad := range []string{"", "-5", "1.5", "yesterday", "1e12"} {
+		if _, err := ParseEventTime([]byte(bad), true); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

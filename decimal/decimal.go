@@ -1,0 +1,366 @@
+// Package decimal is kandle's exact number type for prices and volumes.
+//
+// A Decimal is a signed fixed-point number with 18 decimal places held in a
+// 128-bit two's complement integer, so sums never round: ten quantities of
+// 0.1 add up to exactly 1. Values up to ±1.7e20 are representable. Parsing
+// rejects inputs with more than 18 significant decimal places, and Mul fails
+// instead of rounding when an exact product needs more than 18 places, so an
+// inexact number can never enter a candle.
+//
+// The type is a plain value (two machine words): it is compared with Cmp,
+// copied freely and never allocates on the arithmetic path.
+package decimal
+
+import (
+	"errors"
+	"math/bits"
+)
+
+// Scale is the number of decimal places every Decimal carries.
+const Scale = 18
+
+const unit = 1_000_000_000_000_000_000 // 10^Scale
+
+// Errors returned by Parse and the arithmetic.
+var (
+	ErrSyntax    = errors.New("decimal: not a number")
+	ErrPrecision = errors.New("decimal: more than 18 decimal places")
+	ErrRange     = errors.New("decimal: out of range")
+)
+
+// Decimal is raw/10^18 where raw is the 128-bit two's complement integer hi:lo.
+// The zero value is 0.
+type Decimal struct {
+	hi, lo uint64
+}
+
+// Zero is the number 0.
+var Zero Decimal
+
+// FromInt returns n as a Decimal.
+func FromInt(n int64) Decimal {
+	neg := n < 0
+	m := uint64(n)
+	if neg {
+		m = uint64(-n)
+	}
+	hi, lo := bits.Mul64(m, unit)
+	d := Decimal{hi, lo}
+	if neg {
+		d = d.Neg()
+	}
+	return d
+}
+
+// Sign returns -1, 0 or +1.
+func (d Decimal) Sign() int {
+	switch {
+	case int64(d.hi) < 0:
+		return -1
+	case d.hi == 0 && d.lo == 0:
+		return 0
+	default:
+		return 1
+	}
+}
+
+// IsZero reports whether d == 0.
+func (d Decimal) IsZero() bool { return d.hi == 0 && d.lo == 0 }
+
+// Neg returns -d.
+func (d Decimal) Neg() Decimal {
+	lo, borrow := bits.Sub64(0, d.lo, 0)
+	hi, _ := bits.Sub64(0, d.hi, borrow)
+	return Decimal{hi, lo}
+}
+
+// Cmp returns -1, 0 or +1 as a is less than, equal to or greater than b.
+func (a Decimal) Cmp(b Decimal) int {
+	if a.hi != b.hi {
+		if int64(a.hi) < int64(b.hi) {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.lo < b.lo:
+		return -1
+	case a.lo > b.lo:
+		return 1
+	}
+	return 0
+}
+
+// Equal reports whether a == b.
+func (a Decimal) Equal(b Decimal) bool { return a == b }
+
+// Add returns a+b, or ErrRange on overflow.
+func (a Decimal) Add(b Decimal) (Decimal, error) {
+	lo, carry := bits.Add64(a.lo, b.lo, 0)
+	hi, _ := bits.Add64(a.hi, b.hi, carry)
+	// Signed overflow: operands share a sign that the result does not.
+	if (a.hi^hi)&(b.hi^hi)>>63 != 0 {
+		return Decimal{}, ErrRange
+	}
+	return Decimal{hi, lo}, nil
+}
+
+// Sub returns a-b, or ErrRange on overflow.
+func (a Decimal) Sub(b Decimal) (Decimal, error) { return a.Add(b.Neg()) }
+
+// Mul returns the exact product a×b. It fails with ErrPrecision when the
+// product needs more than 18 decimal places and ErrRange when it is too large.
+func (a Decimal) Mul(b Decimal) (Decimal, error) {
+	neg := (a.Sign() < 0) != (b.Sign() < 0)
+	ua, ub := a.abs(), b.abs()
+	var q1, q0, r uint64
+	if ua.hi == 0 && ub.hi == 0 {
+		h, l := bits.Mul64(ua.lo, ub.lo)
+		q1, r = bits.Div64(0, h, unit)
+		q0, r = bits.Div64(r, l, unit)
+	} else {
+		// 256-bit product in limbs p3:p2:p1:p0, then divide by 10^18.
+		h00, l00 := bits.Mul64(ua.lo, ub.lo)
+		h01, l01 := bits.Mul64(ua.lo, ub.hi)
+		h10, l10 := bits.Mul64(ua.hi, ub.lo)
+		h11, l11 := bits.Mul64(ua.hi, ub.hi)
+		p0 := l00
+		p1, c1 := bits.Add64(h00, l01, 0)
+		p2, c2 := bits.Add64(h01, l11, c1)
+		p3, _ := bits.Add64(h11, 0, c2)
+		p1, c1 = bits.Add64(p1, l10, 0)
+		p2, c2 = bits.Add64(p2, h10, c1)
+		p3, _ = bits.Add64(p3, 0, c2)
+		var q3, q2 uint64
+		q3, r = bits.Div64(0, p3, unit)
+		q2, r = bits.Div64(r, p2, unit)
+		q1, r = bits.Div64(r, p1, unit)
+		q0, r = bits.Div64(r, p0, unit)
+		if q3 != 0 || q2 != 0 {
+			return Decimal{}, ErrRange
+		}
+	}
+	if r != 0 {
+		return Decimal{}, ErrPrecision
+	}
+	if q1>>63 != 0 {
+		return Decimal{}, ErrRange
+	}
+	d := Decimal{q1, q0}
+	if neg {
+		d = d.Neg()
+	}
+	return d, nil
+}
+
+func (d Decimal) abs() Decimal {
+	if int64(d.hi) < 0 {
+		return d.Neg()
+	}
+	return d
+}
+
+var pow10 = [20]uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12,
+	1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
+
+// Parse reads a decimal number: an optional sign, digits with an optional
+// fraction, and an optional exponent ("12", "-0.5", "1e-7", "65000.10").
+func Parse(b []byte) (Decimal, error) {
+	i, n := 0, len(b)
+	if n == 0 {
+		return Decimal{}, ErrSyntax
+	}
+	neg := false
+	if b[0] == '-' || b[0] == '+' {
+		neg = b[0] == '-'
+		i++
+	}
+	var hi, lo uint64 // magnitude accumulated as an integer
+	digits, frac, sig := 0, 0, 0
+	seenDot := false
+	for ; i < n; i++ {
+		c := b[i]
+		if c == '.' {
+			if seenDot {
+				return Decimal{}, ErrSyntax
+			}
+			seenDot = true
+			continue
+		}
+		if c < '0' || c > '9' {
+			break
+		}
+		digits++
+		if seenDot {
+			frac++
+		}
+		if hi == 0 && lo < 1e18 {
+			lo = lo*10 + uint64(c-'0')
+		} else {
+			var ok bool
+			if hi, lo, ok = mulAdd(hi, lo, 10, uint64(c-'0')); !ok {
+				return Decimal{}, ErrRange
+			}
+		}
+		if hi != 0 || lo != 0 {
+			sig++
+		}
+	}
+	if digits == 0 {
+		return Decimal{}, ErrSyntax
+	}
+	exp := 0
+	if i < n && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		eneg := false
+		if i < n && (b[i] == '-' || b[i] == '+') {
+			eneg = b[i] == '-'
+			i++
+		}
+		if i == n {
+			return Decimal{}, ErrSyntax
+		}
+		for ; i < n; i++ {
+			c := b[i]
+			if c < '0' || c > '9' {
+				return Decimal{}, ErrSyntax
+			}
+			exp = exp*10 + int(c-'0')
+			if exp > 1000 {
+				return Decimal{}, ErrRange
+			}
+		}
+		if eneg {
+			exp = -exp
+		}
+	}
+	if i != n {
+		return Decimal{}, ErrSyntax
+	}
+	dp := frac - exp // decimal places of hi:lo
+	for dp > Scale {
+		if hi == 0 && lo == 0 {
+			dp = Scale
+			break
+		}
+		q1, r := bits.Div64(0, hi, 10)
+		q0, r := bits.Div64(r, lo, 10)
+		if r != 0 {
+			return Decimal{}, ErrPrecision
+		}
+		hi, lo = q1, q0
+		dp--
+	}
+	for shift := Scale - dp; shift > 0; {
+		k := min(shift, 19)
+		var ok bool
+		if hi, lo, ok = mulAdd(hi, lo, pow10[k], 0); !ok {
+			return Decimal{}, ErrRange
+		}
+		shift -= k
+	}
+	if hi>>63 != 0 {
+		return Decimal{}, ErrRange
+	}
+	d := Decimal{hi, lo}
+	if neg {
+		d = d.Neg()
+	}
+	return d, nil
+}
+
+// MustParse is Parse for constants in tests and examples; it panics on error.
+func MustParse(s string) Decimal {
+	d, err := Parse([]byte(s))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// mulAdd returns hi:lo × m + a and whether it fits in 128 bits.
+func mulAdd(hi, lo, m, a uint64) (uint64, uint64, bool) {
+	h1, l1 := bits.Mul64(lo, m)
+	h2, l2 := bits.Mul64(hi, m)
+	if h2 != 0 {
+		return 0, 0, false
+	}
+	nh, c := bits.Add64(h1, l2, 0)
+	if c != 0 {
+		return 0, 0, false
+	}
+	nl, c := bits.Add64(l1, a, 0)
+	nh, c = bits.Add64(nh, 0, c)
+	if c != 0 {
+		return 0, 0, false
+	}
+	return nh, nl, true
+}
+
+// String formats d in plain notation without trailing zeros ("1", "0.1", "-2.25").
+func (d Decimal) String() string { return string(d.Append(nil)) }
+
+// Append appends the String form of d to dst.
+func (d Decimal) Append(dst []byte) []byte {
+	if d.Sign() < 0 {
+		dst = append(dst, '-')
+	}
+	m := d.abs()
+	var buf [40]byte
+	pos := len(buf)
+	hi, lo := m.hi, m.lo
+	for hi != 0 || lo != 0 || pos > len(buf)-Scale-1 {
+		var r uint64
+		hi, r = bits.Div64(0, hi, 10)
+		lo, r = bits.Div64(r, lo, 10)
+		pos--
+		buf[pos] = byte('0' + r)
+	}
+	digits := buf[pos:]
+	intPart := digits[:len(digits)-Scale]
+	fracPart := digits[len(digits)-Scale:]
+	end := len(fracPart)
+	for end > 0 && fracPart[end-1] == '0' {
+		end--
+	}
+	dst = append(dst, intPart...)
+	if end > 0 {
+		dst = append(dst, '.')
+		dst = append(dst, fracPart[:end]...)
+	}
+	return dst
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Decimal) MarshalText() ([]byte, error) { return d.Append(nil), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Decimal) UnmarshalText(b []byte) error {
+	v, err := Parse(b)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// MarshalJSON writes d as a JSON string, so no reader turns it into a float.
+func (d Decimal) MarshalJSON() ([]byte, error) {
+	b := append([]byte{'"'}, d.Append(nil)...)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON accepts a JSON string or number.
+func (d *Decimal) UnmarshalJSON(b []byte) error {
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' {
+		b = b[1 : len(b)-1]
+	}
+	return d.UnmarshalText(b)
+}
+
+// Raw returns the value ×10^18 as a 128-bit two's complement integer in two
+// words: the unscaled form Parquet DECIMAL(38,18) and the state codecs store.
+func (d Decimal) Raw() (hi, lo uint64) { return d.hi, d.lo }
+
+// FromRaw is the inverse of Raw.
+func FromRaw(hi, lo uint64) Decimal { return Decimal{hi, lo} }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs everything kandle's tests talk to, idempotently:
+#   Debian: kcat (an outside Kafka client), redis-server (Valkey protocol), gcc (Pebble's cgo zstd)
+#   npm (tools/emu): dynalite, kinesis-local, kinesalite, s3rver, @duckdb/node-api
+# Safe to run again: it skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v kcat >/dev/null || need_apt+=(kcat)
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v gcc >/dev/null || need_apt+=(gcc)
+command -v node >/dev/null || need_apt+=(nodejs npm)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+  echo "test-deps: installing ${need_apt[*]} with apt-get"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -d tools/emu/node_modules/@duckdb/node-api ] || [ ! -d tools/emu/node_modules/dynalite ] \
+  || [ ! -d tools/emu/node_modules/kinesis-local ] || [ ! -d tools/emu/node_modules/s3rver ]; then
+  echo "test-deps: installing npm emulators into tools/emu"
+  (cd tools/emu && npm ci --no-audit --no-fund --loglevel=error)
+fi
+echo "test-deps: kcat $(kcat -V 2>/dev/null | head -1 | awk '{print $2}'), $(redis-server --version | awk '{print $3}'), node $(node --version), emulators in tools/emu"

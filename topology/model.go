@@ -1,0 +1,102 @@
+package topology
+
+import (
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The structs in this file are the topology's schema. Their tags are the one
+// list of fields: `yaml` names the key, `default` fills it when absent, `doc`
+// documents it, `required:"true"` makes it mandatory and `enum` lists the
+// allowed values. Parsing, defaults, `kandle validate` and docs/reference.md
+// are all driven by these tags (see package spec); never list fields elsewhere.
+
+// Topology is one parsed topology file.
+type Topology struct {
+	Name       string                `yaml:"name" required:"true" doc:"Name of the topology; prefixes consumer groups, transactional ids and changelog topics."`
+	Brokers    Brokers               `yaml:"brokers" default:"embedded" doc:"Kafka seed brokers (a list of host:port), or \"embedded\" to start an in-process dev broker inside kandle run."`
+	Group      string                `yaml:"group" doc:"Consumer group prefix. Default: kandle-<name>."`
+	DeadLetter Output                `yaml:"dead_letter" doc:"Topic that receives rejected records with their reason, partition and offset."`
+	Metrics    string                `yaml:"metrics" default:"127.0.0.1:9464" doc:"Address of the Prometheus /metrics endpoint; empty disables it."`
+	Commit     time.Duration         `yaml:"commit_interval" default:"100ms" doc:"How often each stage commits its transaction (outputs + offsets + state). Lower: less latency; higher: fewer transactions."`
+	Sources    map[string]*Source    `yaml:"sources" required:"true" doc:"Input streams by name."`
+	Processors map[string]*Processor `yaml:"processors" required:"true" doc:"Candle and rollup processors by name."`
+	Sinks      map[string]*Sink      `yaml:"sinks" doc:"Where candles (or raw trades) are written outside Kafka, by name."`
+
+	// File is the path the topology was read from (for messages).
+	File string `yaml:"-"`
+}
+
+// Brokers is a list of seed brokers, or the single word "embedded".
+type Brokers []string
+
+// Embedded reports whether the topology asks for the in-process dev broker.
+func (b Brokers) Embedded() bool { return len(b) == 0 || (len(b) == 1 && b[0] == "embedded") }
+
+// Source is an input stream of JSON records.
+type Source struct {
+	Kind           string   `yaml:"kind" default:"kafka" enum:"kafka|kinesis" doc:"Where records come from."`
+	Topic          string   `yaml:"topic" doc:"Kafka topic (kind kafka)."`
+	Partitions     int      `yaml:"partitions" default:"3" doc:"Partitions to create the topic with when it does not exist (kind kafka)."`
+	Fields         Fields   `yaml:"fields" doc:"Which JSON fields hold the key, event time, price, quantity and id."`
+	Symbols        []string `yaml:"symbols" doc:"Optional whitelist of keys; others are rejected with reason unknown_key."`
+	MaxRecordBytes int      `yaml:"max_record_bytes" default:"65536" doc:"Records larger than this are rejected with reason oversized."`
+	Kinesis        Kinesis  `yaml:"kinesis" doc:"Kinesis stream settings (kind kinesis)."`
+}
+
+// Fields maps record fields to trade fields. Field names may be dotted
+// paths into nested objects ("data.p").
+type Fields struct {
+	Key   string `yaml:"key" default:"symbol" doc:"Field holding the key (symbol or device id)."`
+	Time  string `yaml:"time" default:"ts" doc:"Field holding the event time: epoch milliseconds or an RFC 3339 string."`
+	Price string `yaml:"price" default:"price" doc:"Field holding the price (or reading value): a JSON number or numeric string."`
+	Qty   string `yaml:"qty" default:"qty" doc:"Field holding the quantity. Empty: every record weighs 1 (device readings)."`
+	ID    string `yaml:"id" default:"trade_id" doc:"Field holding the trade id used for dedupe. Empty: no dedupe ids."`
+}
+
+// Kinesis configures a Kinesis stream source or sink.
+type Kinesis struct {
+	Stream     string        `yaml:"stream" doc:"Stream name."`
+	Region     string        `yaml:"region" default:"us-east-1" doc:"AWS region."`
+	Endpoint   string        `yaml:"endpoint" doc:"Custom endpoint URL (emulators); empty uses AWS."`
+	LeaseTable string        `yaml:"lease_table" doc:"DynamoDB table holding shard leases and checkpoints. Default: kandle-<name>-leases."`
+	DynamoDB   string        `yaml:"dynamodb_endpoint" doc:"Custom DynamoDB endpoint for the lease table; empty uses AWS."`
+	LeaseTTL   time.Duration `yaml:"lease_duration" default:"10s" doc:"A lease not renewed for this long may be taken by another instance."`
+	Poll       time.Duration `yaml:"poll_interval" default:"200ms" doc:"Pause between GetRecords calls on a shard that returned nothing."`
+}
+
+// Processor turns trades into candles (kind candles) or candles of a lower
+// timeframe into a higher one (kind rollup).
+type Processor struct {
+	Kind        string        `yaml:"kind" required:"true" enum:"candles|rollup" doc:"candles: aggregate trades from a source; rollup: combine closed candles of another processor."`
+	From        string        `yaml:"from" required:"true" doc:"A source name (kind candles) or a processor name (kind rollup)."`
+	Timeframe   string        `yaml:"timeframe" required:"true" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month)."`
+	Zone        string        `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
+	Lateness    time.Duration `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
+	IdleTimeout time.Duration `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
+	MaxFuture   time.Duration `yaml:"max_future" default:"1m" doc:"Records stamped further than this ahead of the clock are rejected (reason future). 0 disables."`
+	MaxIdle     time.Duration `yaml:"max_idle" default:"24h" doc:"A key without trades for this long (event time) stops getting gap candles."`
+	Dedupe      bool          `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
+	GapFill     bool          `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
+	Output      Output        `yaml:"output" doc:"Topic the closed candles are written to. Default: <topology>.<processor>."`
+}
+
+// Output is a topic kandle writes (created if missing).
+type Output struct {
+	Topic      string `yaml:"topic" doc:"Topic name."`
+	Partitions int    `yaml:"partitions" default:"3" doc:"Partitions to create the topic with when it does not exist."`
+}
+
+// Sink writes the records of processors (candles) or a source (raw trades)
+// to an external store. Kind selects the connector; Config holds the
+// connector's own fields, decoded by its spec.
+type Sink struct {
+	Kind string   `yaml:"kind" required:"true" doc:"Connector: dynamodb, s3parquet, valkey or kinesis."`
+	From []string `yaml:"from" required:"true" doc:"Processors whose candles (or one source whose trades) the sink receives."`
+
+	// Config is the connector config struct, filled by the spec of Kind.
+	Config any `yaml:"-"`
+	// Node is the sink's YAML (for connector-level messages).
+	Node *yaml.Node `yaml:"-"`
+}
