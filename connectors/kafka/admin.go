@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TopicSpec is a topic a topology needs.
@@ -54,17 +55,21 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, specs []TopicSpec) ([]Top
 		}
 		names = append(names, s.Name)
 	}
-	details, err := adm.ListTopics(ctx, names...)
+	parts, err := partitionCounts(ctx, cl, names)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: list topics %v: %w", names, err)
+		return nil, err
 	}
 	var existing []TopicSpec
 	for _, s := range specs {
-		if details.Has(s.Name) {
+		if _, ok := parts[s.Name]; ok {
 			existing = append(existing, s)
 			continue
 		}
-		resp, err := adm.CreateTopic(ctx, s.Partitions, -1, specConfigs(s), s.Name)
+		parts := s.Partitions
+		if parts < 1 {
+			parts = -1 // broker default
+		}
+		resp, err := adm.CreateTopic(ctx, parts, -1, specConfigs(s), s.Name)
 		switch {
 		case errors.Is(err, kerr.TopicAlreadyExists):
 			existing = append(existing, s) // created concurrently
@@ -76,10 +81,50 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, specs []TopicSpec) ([]Top
 			return nil, fmt.Errorf("kafka: create topic %q with %d partitions%s: %w", s.Name, s.Partitions, msg, err)
 		}
 	}
-	if len(existing) == 0 {
-		return nil, nil
+	// Ask once more for every topic: this checks that all exist and
+	// refreshes cl's metadata cache, which may still hold "unknown" for the
+	// topics just created.
+	parts, err = partitionCounts(ctx, cl, names)
+	if err != nil {
+		return nil, err
 	}
-	return checkExisting(ctx, adm, existing)
+	for _, n := range names {
+		if _, ok := parts[n]; !ok {
+			return nil, fmt.Errorf("kafka: topic %q was created but the broker does not list it yet; retry", n)
+		}
+	}
+	return checkExisting(ctx, adm, parts, existing)
+}
+
+// partitionCounts asks the broker directly for the partition counts of the
+// topics that exist. kadm.ListTopics answers from the client's metadata
+// cache, which can still say "unknown" for a topic created a moment ago.
+func partitionCounts(ctx context.Context, cl *kgo.Client, topics []string) (map[string]int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: list topics %v (is the broker reachable?): %w", topics, err)
+	}
+	out := make(map[string]int32, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic == nil {
+			continue
+		}
+		err := kerr.ErrorForCode(t.ErrorCode)
+		switch {
+		case errors.Is(err, kerr.UnknownTopicOrPartition):
+		case err != nil:
+			return nil, fmt.Errorf("kafka: describe topic %q: %w", *t.Topic, err)
+		default:
+			out[*t.Topic] = int32(len(t.Partitions))
+		}
+	}
+	return out, nil
 }
 
 func specConfigs(s TopicSpec) map[string]*string {
@@ -95,23 +140,12 @@ func specConfigs(s TopicSpec) map[string]*string {
 }
 
 // checkExisting compares existing topics with their specs.
-func checkExisting(ctx context.Context, adm *kadm.Client, specs []TopicSpec) ([]TopicWarning, error) {
-	names := make([]string, len(specs))
-	for i, s := range specs {
-		names[i] = s.Name
-	}
-	details, err := adm.ListTopics(ctx, names...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka: list topics %v: %w", names, err)
-	}
+func checkExisting(ctx context.Context, adm *kadm.Client, parts map[string]int32, specs []TopicSpec) ([]TopicWarning, error) {
 	var compacted []string
 	var warns []TopicWarning
 	for _, s := range specs {
-		d := details[s.Name]
-		if d.Err != nil {
-			return nil, fmt.Errorf("kafka: describe topic %q: %w", s.Name, d.Err)
-		}
-		if have := int32(len(d.Partitions)); s.Partitions > 0 && have < s.Partitions {
+		have := parts[s.Name]
+		if s.Partitions > 0 && have < s.Partitions {
 			warns = append(warns, TopicWarning{Topic: s.Name, Have: have, Want: s.Partitions})
 		}
 		if s.Compacted {
@@ -165,7 +199,8 @@ func EndOffsets(ctx context.Context, cl *kgo.Client, topics ...string) (map[stri
 }
 
 // CommittedOffsets returns the offsets group has committed for topics (all
-// topics when none are named). Partitions without a commit are absent.
+// topics when none are named). Partitions without a commit are absent, and
+// a group that never committed gives an empty map.
 // Pending transactional commits are waited for, so the answer is stable.
 func CommittedOffsets(ctx context.Context, cl *kgo.Client, group string, topics ...string) (map[string]map[int32]int64, error) {
 	adm := kadm.NewClient(cl)
@@ -179,10 +214,13 @@ func CommittedOffsets(ctx context.Context, cl *kgo.Client, group string, topics 
 	} else {
 		resps, err = adm.FetchOffsetsForTopics(ctx, group, topics...)
 	}
+	out := make(map[string]map[int32]int64)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return out, nil // a group that never committed
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kafka: fetch committed offsets of group %q: %w", group, err)
 	}
-	out := make(map[string]map[int32]int64)
 	var firstErr error
 	resps.Each(func(o kadm.OffsetResponse) {
 		if o.Err != nil {
