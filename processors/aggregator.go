@@ -1,0 +1,372 @@
+package processors
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+)
+
+// CandleConfig configures an Aggregator.
+type CandleConfig struct {
+	Timeframe candle.Timeframe
+	// Lateness is how far event time may run backwards: W = max event time − Lateness.
+	Lateness time.Duration
+	// IdleTimeout (Live only) advances the watermark by the wall clock after
+	// this long without records. 0 = never.
+	IdleTimeout time.Duration
+	// MaxFuture rejects records stamped further ahead of the clock. 0 = no guard.
+	MaxFuture time.Duration
+	// MaxIdle stops gap filling a key this long after its last trade. 0 = fill forever.
+	MaxIdle time.Duration
+	Dedupe  bool // reject repeated trade ids of a key
+	GapFill bool // emit flat gap candles for windows without trades
+	Live    bool // allow the wall-clock idle advance (replays leave it false)
+	Decoder *Decoder
+}
+
+// Aggregator builds base candles from the trades of one input partition. It
+// is single-goroutine and deterministic: its outputs depend only on the
+// records it is given, the state it restored and (for MaxFuture, and for the
+// idle advance when Live) the Clock.
+type Aggregator struct {
+	tf                    candle.Timeframe
+	tfName                string
+	lateness, maxFuture   int64 // ms
+	idleTimeout, maxIdle  int64 // ms
+	dedupe, gapFill, live bool
+	dec                   *Decoder
+	clock                 Clock
+
+	keys map[string]*keyState
+	heap keyHeap
+
+	// Partition state.
+	hasMax    bool
+	maxTS     int64 // max accepted event time (or idle-advanced time)
+	hasWall   bool
+	lastWall  int64 // wall time (ms) of the last record, Live only
+	partDirty bool
+
+	dirty  []*keyState // changed since the last Changes call
+	active []*keyState // changed since the last Active call
+
+	trade   candle.Trade
+	winPool []*window
+	scratch candle.Candle
+	kbuf    []byte
+	vbuf    []byte
+}
+
+// keyState is everything the aggregator knows about one key.
+type keyState struct {
+	key       string
+	wins      []*window // open windows with trades, by open time
+	started   bool      // had a trade; nextOpen/lastTS are valid
+	nextOpen  int64     // gap fill: the next window to emit
+	nextClose int64
+	hasPrev   bool
+	prevClose decimal.Decimal // close of the last emitted candle
+	lastTS    int64           // largest event time of the key's trades
+
+	pending            int64 // close time that makes this key emit next
+	hidx               int   // index in the heap, -1 when not scheduled
+	curOpen, curClose  int64 // window of the last trade (cache)
+	dirty, act, delete bool
+}
+
+// NewAggregator checks cfg and returns an Aggregator with empty state.
+func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
+	if cfg.Timeframe.N <= 0 || cfg.Timeframe.Unit < candle.Second || cfg.Timeframe.Unit > candle.Month {
+		return nil, fmt.Errorf("aggregator: invalid timeframe %+v: build it with candle.ParseTimeframe", cfg.Timeframe)
+	}
+	if cfg.Decoder == nil {
+		return nil, errors.New("aggregator: no decoder: build one with NewDecoder")
+	}
+	if clock == nil {
+		return nil, errors.New("aggregator: no clock: pass SystemClock{} (live) or FixedClock (replay)")
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lateness", cfg.Lateness}, {"idle_timeout", cfg.IdleTimeout}, {"max_future", cfg.MaxFuture}, {"max_idle", cfg.MaxIdle}} {
+		if d.v < 0 {
+			return nil, fmt.Errorf("aggregator: %s is negative (%s): use 0 to turn it off", d.name, d.v)
+		}
+	}
+	return &Aggregator{
+		tf: cfg.Timeframe, tfName: cfg.Timeframe.String(),
+		lateness: cfg.Lateness.Milliseconds(), maxFuture: cfg.MaxFuture.Milliseconds(),
+		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
+		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
+		dec: cfg.Decoder, clock: clock,
+		keys: make(map[string]*keyState),
+	}, nil
+}
+
+// Watermark returns W = max event time − lateness; ok is false before the
+// first accepted record.
+func (a *Aggregator) Watermark() (w int64, ok bool) { return a.maxTS - a.lateness, a.hasMax }
+
+func reject(out *Output, rec Record, rej Rejection) {
+	rej.Partition, rej.Offset, rej.Value = rec.Partition, rec.Offset, rec.Value
+	out.Rejected = append(out.Rejected, rej)
+}
+
+// Process decodes, validates and aggregates one record. Candles whose
+// windows it closes are appended to out.Candles; a rejected record is
+// appended to out.Rejected and changes nothing else.
+func (a *Aggregator) Process(rec Record, out *Output) {
+	if a.live {
+		a.lastWall, a.hasWall, a.partDirty = a.clock.Now().UnixMilli(), true, true
+	}
+	t := &a.trade
+	var quote decimal.Decimal
+	if rej, ok := a.dec.decode(rec.Value, t, &quote); !ok {
+		reject(out, rec, rej)
+		return
+	}
+	if a.maxFuture > 0 {
+		if now := a.clock.Now().UnixMilli(); t.TS > now+a.maxFuture {
+			reject(out, rec, Rejection{Reason: ReasonFuture, Key: t.Key,
+				Detail: fmt.Sprintf("event time %s is more than %s ahead of the clock (%s)",
+					fmtMS(t.TS), time.Duration(a.maxFuture)*time.Millisecond, fmtMS(now))})
+			return
+		}
+	}
+	k := a.keys[t.Key]
+	var open, close int64
+	if k != nil && t.TS >= k.curOpen && t.TS < k.curClose {
+		open, close = k.curOpen, k.curClose
+	} else {
+		open = a.tf.Start(t.TS)
+		close = a.tf.End(open)
+	}
+	if a.hasMax && close <= a.maxTS-a.lateness {
+		reject(out, rec, Rejection{Reason: ReasonLate, Key: t.Key,
+			Detail: fmt.Sprintf("window %s of %s closed: watermark is %s", fmtMS(open), a.tfName, fmtMS(a.maxTS-a.lateness))})
+		return
+	}
+	var w *window
+	if k != nil {
+		if a.dedupe && t.ID != "" {
+			for _, x := range k.wins {
+				if x.hasID(t.ID) {
+					reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: t.Key,
+						Detail: fmt.Sprintf("trade id %q was already counted", t.ID)})
+					return
+				}
+			}
+		}
+		w = k.find(open)
+	}
+	v, q := t.Qty, quote
+	if w != nil {
+		var err1, err2 error
+		v, err1 = w.v.Add(t.Qty)
+		q, err2 = w.q.Add(quote)
+		if err := errors.Join(err1, err2); err != nil {
+			reject(out, rec, Rejection{Reason: ReasonInvalidQty, Key: t.Key,
+				Detail: fmt.Sprintf("window volume would overflow: %v", err)})
+			return
+		}
+	}
+	if k == nil {
+		k = &keyState{key: t.Key, hidx: -1}
+		a.keys[t.Key] = k
+	}
+	if w == nil {
+		w = a.newWindow(open, close)
+		k.insert(w)
+	}
+	w.add(t, v, q)
+	if a.dedupe && t.ID != "" {
+		w.addID(t.ID)
+	}
+	k.curOpen, k.curClose = open, close
+	if !k.started || t.TS > k.lastTS {
+		k.lastTS = t.TS
+	}
+	if a.gapFill && (!k.started || open < k.nextOpen) {
+		k.nextOpen, k.nextClose = open, close
+	}
+	k.started = true
+	a.touch(k)
+	if !k.act {
+		k.act = true
+		a.active = append(a.active, k)
+	}
+	a.schedule(k)
+	if !a.hasMax || t.TS > a.maxTS {
+		a.maxTS, a.hasMax, a.partDirty = t.TS, true, true
+		a.advance(out)
+	}
+}
+
+// Tick advances the watermark by the wall clock when the partition has been
+// idle for IdleTimeout. It does nothing unless Live and IdleTimeout > 0.
+func (a *Aggregator) Tick(out *Output) {
+	if !a.live || a.idleTimeout <= 0 || !a.hasWall || !a.hasMax {
+		return
+	}
+	now := a.clock.Now().UnixMilli()
+	if now-a.lastWall < a.idleTimeout {
+		return
+	}
+	if ts := now - a.idleTimeout; ts > a.maxTS {
+		a.maxTS, a.partDirty = ts, true
+		a.advance(out)
+	}
+}
+
+// advance emits, in (close time, key) order, every window with close ≤ W.
+func (a *Aggregator) advance(out *Output) {
+	wm := a.maxTS - a.lateness
+	for len(a.heap) > 0 && a.heap[0].pending <= wm {
+		a.emitOne(a.heap[0], out)
+	}
+}
+
+// emitOne emits the next window of k (a candle or a gap) and reschedules k.
+func (a *Aggregator) emitOne(k *keyState, out *Output) {
+	if !a.gapFill {
+		a.emitWindow(k, out)
+		if len(k.wins) == 0 {
+			a.deleteKey(k)
+			return
+		}
+		a.schedule(k)
+		return
+	}
+	if len(k.wins) > 0 && k.wins[0].open == k.nextOpen {
+		a.emitWindow(k, out)
+	} else {
+		if a.maxIdle > 0 && k.nextOpen >= k.lastTS+a.maxIdle {
+			a.deleteKey(k)
+			return
+		}
+		c := k.prevClose
+		out.Candles = append(out.Candles, candle.Candle{Symbol: k.key, Timeframe: a.tfName,
+			OpenTime: k.nextOpen, CloseTime: k.nextClose, Open: c, High: c, Low: c, Close: c, Gap: true})
+	}
+	k.nextOpen = k.nextClose
+	k.nextClose = a.tf.End(k.nextOpen)
+	a.touch(k)
+	a.schedule(k)
+}
+
+// emitWindow emits k's first open window as a final candle and drops it.
+func (a *Aggregator) emitWindow(k *keyState, out *Output) {
+	w := k.wins[0]
+	out.Candles = append(out.Candles, a.candleOf(k, w))
+	k.prevClose, k.hasPrev = w.c, true
+	copy(k.wins, k.wins[1:])
+	k.wins[len(k.wins)-1] = nil
+	k.wins = k.wins[:len(k.wins)-1]
+	w.reset()
+	a.winPool = append(a.winPool, w)
+	a.touch(k)
+}
+
+func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
+	return candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
+		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n}
+}
+
+func (a *Aggregator) newWindow(open, close int64) *window {
+	var w *window
+	if n := len(a.winPool); n > 0 {
+		w = a.winPool[n-1]
+		a.winPool[n-1] = nil
+		a.winPool = a.winPool[:n-1]
+	} else {
+		w = new(window)
+	}
+	w.open, w.close = open, close
+	return w
+}
+
+// schedule puts k in the heap at its next pending close.
+func (a *Aggregator) schedule(k *keyState) {
+	var p int64
+	switch {
+	case a.gapFill && k.started:
+		p = k.nextClose
+	case len(k.wins) > 0:
+		p = k.wins[0].close
+	default:
+		a.heap.remove(k)
+		return
+	}
+	if k.hidx < 0 {
+		k.pending = p
+		a.heap.push(k)
+	} else if p != k.pending {
+		k.pending = p
+		a.heap.fix(k.hidx)
+	}
+}
+
+func (a *Aggregator) deleteKey(k *keyState) {
+	a.heap.remove(k)
+	delete(a.keys, k.key)
+	for _, w := range k.wins {
+		w.reset()
+		a.winPool = append(a.winPool, w)
+	}
+	k.wins = nil
+	k.delete = true
+	a.touch(k)
+}
+
+func (a *Aggregator) touch(k *keyState) {
+	if !k.dirty {
+		k.dirty = true
+		a.dirty = append(a.dirty, k)
+	}
+}
+
+// find returns k's open window at open, or nil. Trades mostly hit the last one.
+func (k *keyState) find(open int64) *window {
+	for i := len(k.wins) - 1; i >= 0; i-- {
+		if k.wins[i].open == open {
+			return k.wins[i]
+		}
+		if k.wins[i].open < open {
+			break
+		}
+	}
+	return nil
+}
+
+// insert adds w keeping k.wins ordered by open time.
+func (k *keyState) insert(w *window) {
+	i := len(k.wins)
+	for i > 0 && k.wins[i-1].open > w.open {
+		i--
+	}
+	k.wins = append(k.wins, nil)
+	copy(k.wins[i+1:], k.wins[i:])
+	k.wins[i] = w
+}
+
+// Active calls fn with the open candle (the latest open window) of every key
+// whose candle changed since the last Active call, then forgets them. The
+// candle is only valid during fn.
+func (a *Aggregator) Active(fn func(c *candle.Candle)) {
+	for i, k := range a.active {
+		a.active[i] = nil
+		k.act = false
+		if k.delete || len(k.wins) == 0 {
+			continue
+		}
+		a.scratch = a.candleOf(k, k.wins[len(k.wins)-1])
+		fn(&a.scratch)
+	}
+	a.active = a.active[:0]
+}
+
+// fmtMS formats Unix ms for rejection details.
+func fmtMS(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }

@@ -1,0 +1,264 @@
+package processors
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+)
+
+// Fields names the JSON members a trade is read from. A dotted path such as
+// "data.p" reaches into nested objects. Qty "" means every trade has qty 1;
+// ID "" means records carry no trade id (nothing is ever a duplicate).
+type Fields struct{ Key, Time, Price, Qty, ID string }
+
+// DecoderConfig configures a Decoder.
+type DecoderConfig struct {
+	Fields         Fields
+	Symbols        []string // whitelist of keys; empty accepts every key
+	MaxRecordBytes int      // 0 = unlimited
+}
+
+const (
+	fKey = iota
+	fTime
+	fPrice
+	fQty
+	fID
+	numFields
+)
+
+// maxInterned bounds the key intern table when no whitelist is set, so a
+// stream of garbage keys cannot grow it without limit.
+const maxInterned = 1 << 20
+
+// Decoder turns one JSON record into a candle.Trade. It is not safe for
+// concurrent use: each Aggregator owns one (see Aggregator).
+type Decoder struct {
+	cfg       DecoderConfig
+	root      []pathNode
+	whitelist bool
+	keys      map[string]string // interned keys (the whitelist when set)
+	names     [numFields]string // field paths, for details
+	caps      [numFields]span
+	keyBuf    []byte
+	idBuf     []byte
+	tsBuf     []byte
+	one       decimal.Decimal
+}
+
+// NewDecoder compiles cfg. It fails when a required field name is missing
+// or two fields share a path.
+func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
+	f := cfg.Fields
+	for _, req := range []struct{ what, path string }{{"key", f.Key}, {"time", f.Time}, {"price", f.Price}} {
+		if req.path == "" {
+			return nil, fmt.Errorf("decoder: the %s field name is empty: set fields.%s in the topology", req.what, req.what)
+		}
+	}
+	d := &Decoder{cfg: cfg, keys: make(map[string]string), one: decimal.FromInt(1)}
+	d.names = [numFields]string{f.Key, f.Time, f.Price, f.Qty, f.ID}
+	for i, path := range d.names {
+		if path == "" {
+			continue
+		}
+		if err := d.addPath(path, i); err != nil {
+			return nil, err
+		}
+	}
+	if len(cfg.Symbols) > 0 {
+		d.whitelist = true
+		for _, s := range cfg.Symbols {
+			d.keys[s] = s
+		}
+	}
+	if cfg.MaxRecordBytes < 0 {
+		return nil, fmt.Errorf("decoder: max record bytes %d is negative: use 0 for unlimited", cfg.MaxRecordBytes)
+	}
+	return d, nil
+}
+
+func (d *Decoder) addPath(path string, field int) error {
+	parts := strings.Split(path, ".")
+	nodes := &d.root
+	for i, p := range parts {
+		if p == "" {
+			return fmt.Errorf("decoder: field path %q has an empty segment", path)
+		}
+		j := -1
+		for k := range *nodes {
+			if (*nodes)[k].name == p {
+				j = k
+			}
+		}
+		if j < 0 {
+			*nodes = append(*nodes, pathNode{name: p, field: -1})
+			j = len(*nodes) - 1
+		}
+		n := &(*nodes)[j]
+		if i == len(parts)-1 {
+			if n.field >= 0 || len(n.children) > 0 {
+				return fmt.Errorf("decoder: field path %q is used twice or inside another field", path)
+			}
+			n.field = field
+		} else if n.field >= 0 {
+			return fmt.Errorf("decoder: field path %q is inside another field", path)
+		}
+		nodes = &n.children
+	}
+	return nil
+}
+
+// Decode fills t from one JSON record. When ok is false, rej says why
+// (Reason, Detail, and Key when the key was readable); the caller fills in
+// Partition, Offset and Value.
+//
+// t.Key is interned (stable). t.ID aliases value or the decoder's scratch
+// space: it is valid until the next Decode call and until value is reused;
+// copy it (strings.Clone) to keep it.
+func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool) {
+	var quote decimal.Decimal
+	return d.decode(value, t, &quote)
+}
+
+// decode is Decode that also returns price × qty, checked for exactness.
+func (d *Decoder) decode(value []byte, t *candle.Trade, quote *decimal.Decimal) (Rejection, bool) {
+	if d.cfg.MaxRecordBytes > 0 && len(value) > d.cfg.MaxRecordBytes {
+		return Rejection{Reason: ReasonOversized,
+			Detail: fmt.Sprintf("record is %d bytes, the limit is %d", len(value), d.cfg.MaxRecordBytes)}, false
+	}
+	d.caps = [numFields]span{}
+	s := scanner{b: value, cap: &d.caps}
+	s.ws()
+	isObj := s.pos < len(value) && value[s.pos] == '{'
+	root := d.root
+	if !isObj {
+		root = nil
+	}
+	if _, ok := s.value(root, 0); !ok {
+		return Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("invalid JSON near byte %d", s.pos)}, false
+	}
+	if s.ws(); s.pos != len(value) {
+		return Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("unexpected data after the JSON value at byte %d", s.pos)}, false
+	}
+	if !isObj {
+		return Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"}, false
+	}
+	c := &d.caps
+	for _, f := range [...]int{fKey, fTime, fPrice, fQty} {
+		if d.names[f] != "" && (c[f].kind == kindNone || c[f].kind == kindNull) {
+			return Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", d.names[f])}, false
+		}
+	}
+	// Key: a non-empty string or a number.
+	var kb []byte
+	switch c[fKey].kind {
+	case kindString, kindNumber:
+		kb = value[c[fKey].start:c[fKey].end]
+	case kindEsc:
+		d.keyBuf = unescape(d.keyBuf[:0], value[c[fKey].start:c[fKey].end])
+		kb = d.keyBuf
+	}
+	if len(kb) == 0 {
+		return Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])}, false
+	}
+	key, known := d.keys[string(kb)]
+	rawKey := func() string {
+		if known {
+			return key
+		}
+		return string(kb)
+	}
+	// Trade id: optional, a string or a number (7 and "7" are the same id).
+	t.ID = ""
+	if d.names[fID] != "" {
+		switch sp := c[fID]; sp.kind {
+		case kindString, kindNumber:
+			if sp.end > sp.start {
+				t.ID = unsafe.String(&value[sp.start], sp.end-sp.start)
+			}
+		case kindEsc:
+			d.idBuf = unescape(d.idBuf[:0], value[sp.start:sp.end])
+			if len(d.idBuf) > 0 {
+				t.ID = unsafe.String(&d.idBuf[0], len(d.idBuf))
+			}
+		case kindNone, kindNull:
+		default:
+			return Rejection{Reason: ReasonMissingField, Key: rawKey(),
+				Detail: fmt.Sprintf("field %q must be a string or a number", d.names[fID])}, false
+		}
+	}
+	// Event time.
+	ts, err := d.eventTime(value, c[fTime])
+	if err != nil {
+		return Rejection{Reason: ReasonInvalidTS, Key: rawKey(),
+			Detail: fmt.Sprintf("field %q: %v", d.names[fTime], err)}, false
+	}
+	price, detail := d.positive(value, c[fPrice], fPrice)
+	if detail != "" {
+		return Rejection{Reason: ReasonInvalidPrice, Key: rawKey(), Detail: detail}, false
+	}
+	qty := d.one
+	if d.names[fQty] != "" {
+		if qty, detail = d.positive(value, c[fQty], fQty); detail != "" {
+			return Rejection{Reason: ReasonInvalidQty, Key: rawKey(), Detail: detail}, false
+		}
+	}
+	q, err := price.Mul(qty)
+	if err != nil {
+		return Rejection{Reason: ReasonInvalidQty, Key: rawKey(),
+			Detail: fmt.Sprintf("price × qty (%s × %s) is not exact: %v", price, qty, err)}, false
+	}
+	if !known {
+		if d.whitelist {
+			return Rejection{Reason: ReasonUnknownKey, Key: string(kb),
+				Detail: fmt.Sprintf("key %q is not in the symbols list", kb)}, false
+		}
+		if len(d.keys) >= maxInterned {
+			clear(d.keys)
+		}
+		key = string(kb)
+		d.keys[key] = key
+	}
+	t.Key, t.TS, t.Price, t.Qty = key, ts, price, qty
+	*quote = q
+	return Rejection{}, true
+}
+
+func (d *Decoder) eventTime(value []byte, sp span) (int64, error) {
+	raw := value[sp.start:sp.end]
+	switch sp.kind {
+	case kindNumber:
+		return candle.ParseEventTime(raw, false)
+	case kindString:
+		return candle.ParseEventTime(raw, true)
+	case kindEsc:
+		d.tsBuf = unescape(d.tsBuf[:0], raw)
+		return candle.ParseEventTime(d.tsBuf, true)
+	}
+	return 0, errors.New("must be epoch milliseconds or an RFC 3339 string")
+}
+
+// positive parses a price or qty: a JSON number or numeric string, > 0,
+// with at most 18 decimal places. A non-empty detail says what is wrong.
+func (d *Decoder) positive(value []byte, sp span, f int) (decimal.Decimal, string) {
+	raw := value[sp.start:sp.end]
+	if sp.kind != kindNumber && sp.kind != kindString {
+		return decimal.Zero, fmt.Sprintf("field %q must be a number or a numeric string", d.names[f])
+	}
+	v, err := decimal.Parse(raw)
+	switch {
+	case errors.Is(err, decimal.ErrPrecision):
+		return v, fmt.Sprintf("field %q = %q has more than %d decimal places", d.names[f], raw, decimal.Scale)
+	case errors.Is(err, decimal.ErrRange):
+		return v, fmt.Sprintf("field %q = %q is out of range", d.names[f], raw)
+	case err != nil:
+		return v, fmt.Sprintf("field %q = %q is not a number", d.names[f], raw)
+	case v.Sign() <= 0:
+		return v, fmt.Sprintf("field %q = %q must be positive", d.names[f], raw)
+	}
+	return v, ""
+}

@@ -1,0 +1,22 @@
+// Package processors turns trades into candles: the semantics of DESIGN.md →
+// "Candle semantics", as pure code.
+//
+// The model is one processor per input partition. Keys (symbols) live in one
+// partition, so an Aggregator owns every key it sees and needs no
+// coordination: it decodes each record (a hand-written JSON scanner, no
+// reflection), validates it, counts it into the key's open window, and
+// tracks the partition's watermark W = max event time − lateness. When W
+// passes a window's close the window is final and its candle is emitted
+// exactly once; gap filling emits flat candles for windows without trades.
+// A Rollup builds higher timeframes from the closed candles of a lower one,
+// key by key, as they come back from an output topic.
+//
+// Everything here is single-goroutine and deterministic: no I/O, no
+// goroutines, no time.Now. Time comes from the records and from an injected
+// Clock (the future guard, and the idle advance in live mode only). That is
+// what makes exactly-once work: the engine checkpoints the state entries
+// reported by Changes together with the input offset, a new owner Restores
+// them, and re-processing the rest of the input yields exactly the candles an
+// uninterrupted run would have produced. The same property lets a replay from
+// an offset reproduce history.
+package processors

@@ -1,0 +1,216 @@
+package processors
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+)
+
+// RollupConfig configures a Rollup: To is built from closed From candles.
+type RollupConfig struct{ From, To candle.Timeframe }
+
+// Rollup builds a higher timeframe from the closed candles of a lower one,
+// key by key. A key's higher window is emitted as soon as that key's last
+// sub-candle of the window arrives (or one of a later window does), so it
+// never waits for other keys sharing the partition.
+type Rollup struct {
+	from, to string
+	tf       candle.Timeframe
+	keys     map[string]*rollKey
+	dirty    []*rollKey
+	active   []*rollKey
+	scratch  candle.Candle
+	kbuf     []byte
+	vbuf     []byte
+}
+
+// rollKey is one key's higher window in progress.
+type rollKey struct {
+	key        string
+	lastSub    int64 // CloseTime of the last sub-candle taken (0 = none)
+	open       bool  // a higher window is in progress
+	acc        candle.Candle
+	hasNonGap  bool
+	dirty, act bool
+}
+
+// NewRollup checks that cfg.To nests over cfg.From.
+func NewRollup(cfg RollupConfig) (*Rollup, error) {
+	if err := candle.Nests(cfg.From, cfg.To); err != nil {
+		return nil, fmt.Errorf("rollup: %w", err)
+	}
+	return &Rollup{from: cfg.From.String(), to: cfg.To.String(), tf: cfg.To, keys: make(map[string]*rollKey)}, nil
+}
+
+// Process takes one closed sub-candle (JSON, as written by candle.AppendJSON).
+func (r *Rollup) Process(rec Record, out *Output) {
+	c, err := candle.ParseJSON(rec.Value)
+	if err != nil {
+		reject(out, rec, Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("not a candle: %v", err)})
+		return
+	}
+	if c.Timeframe != r.from {
+		reject(out, rec, Rejection{Reason: ReasonMalformedJSON, Key: c.Symbol,
+			Detail: fmt.Sprintf("candle timeframe is %q, this rollup reads %q: check the rollup's input topic", c.Timeframe, r.from)})
+		return
+	}
+	k := r.keys[c.Symbol]
+	if k == nil {
+		k = &rollKey{key: c.Symbol}
+		r.keys[c.Symbol] = k
+	}
+	if k.lastSub != 0 && c.CloseTime <= k.lastSub {
+		reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: c.Symbol,
+			Detail: fmt.Sprintf("sub-candle closing %s is not after the last one (%s)", fmtMS(c.CloseTime), fmtMS(k.lastSub))})
+		return
+	}
+	open := r.tf.Start(c.OpenTime)
+	if k.open && k.acc.OpenTime != open {
+		r.emit(k, out) // the unfinished window: a later one has begun
+	}
+	if !k.open {
+		k.open, k.hasNonGap = true, false
+		k.acc = candle.Candle{Symbol: k.key, Timeframe: r.to, OpenTime: open, CloseTime: r.tf.End(open)}
+	}
+	if err := r.add(k, &c); err != nil {
+		reject(out, rec, Rejection{Reason: ReasonInvalidQty, Key: c.Symbol,
+			Detail: fmt.Sprintf("rolled-up volume would overflow: %v", err)})
+		return
+	}
+	k.lastSub = c.CloseTime
+	r.touch(k)
+	if !k.act {
+		k.act = true
+		r.active = append(r.active, k)
+	}
+	if c.CloseTime >= k.acc.CloseTime {
+		r.emit(k, out)
+	}
+}
+
+func (r *Rollup) add(k *rollKey, c *candle.Candle) error {
+	a := &k.acc
+	v, err1 := a.Volume.Add(c.Volume)
+	q, err2 := a.QuoteVolume.Add(c.QuoteVolume)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	if !c.Gap {
+		if !k.hasNonGap {
+			a.Open, a.High, a.Low = c.Open, c.High, c.Low
+			k.hasNonGap = true
+		} else {
+			if c.High.Cmp(a.High) > 0 {
+				a.High = c.High
+			}
+			if c.Low.Cmp(a.Low) < 0 {
+				a.Low = c.Low
+			}
+		}
+	}
+	a.Close, a.Volume, a.QuoteVolume = c.Close, v, q
+	a.Trades += c.Trades
+	return nil
+}
+
+func (r *Rollup) emit(k *rollKey, out *Output) {
+	c := k.acc
+	if !k.hasNonGap {
+		c.Open, c.High, c.Low, c.Gap = c.Close, c.Close, c.Close, true
+	}
+	out.Candles = append(out.Candles, c)
+	k.open, k.hasNonGap = false, false
+	k.acc = candle.Candle{}
+	r.touch(k)
+}
+
+func (r *Rollup) touch(k *rollKey) {
+	if !k.dirty {
+		k.dirty = true
+		r.dirty = append(r.dirty, k)
+	}
+}
+
+// Tick does nothing: rollups close on their input. It keeps the interface
+// uniform with Aggregator.
+func (r *Rollup) Tick(out *Output) {}
+
+// Active calls fn with the in-progress higher candle of every key that
+// changed since the last call. The candle is only valid during fn.
+func (r *Rollup) Active(fn func(c *candle.Candle)) {
+	for i, k := range r.active {
+		r.active[i] = nil
+		k.act = false
+		if !k.open {
+			continue
+		}
+		r.scratch = k.acc
+		if !k.hasNonGap {
+			c := r.scratch.Close
+			r.scratch.Open, r.scratch.High, r.scratch.Low, r.scratch.Gap = c, c, c, true
+		}
+		fn(&r.scratch)
+	}
+	r.active = r.active[:0]
+}
+
+// Changes calls fn with every key entry changed since the last call ("k"+key).
+// key and val are only valid during fn.
+func (r *Rollup) Changes(fn func(key, val []byte)) {
+	for i, k := range r.dirty {
+		r.dirty[i] = nil
+		k.dirty = false
+		r.kbuf = append(append(r.kbuf[:0], entryKey), k.key...)
+		b := append(r.vbuf[:0], stateVersion, boolBits(k.open, k.hasNonGap))
+		b = binary.AppendVarint(b, k.lastSub)
+		if k.open {
+			a := &k.acc
+			b = binary.AppendVarint(b, a.OpenTime)
+			b = binary.AppendVarint(b, a.CloseTime-a.OpenTime)
+			for _, d := range [...]decimal.Decimal{a.Open, a.High, a.Low, a.Close, a.Volume, a.QuoteVolume} {
+				b = appendDec(b, d)
+			}
+			b = binary.AppendUvarint(b, uint64(a.Trades))
+		}
+		r.vbuf = b
+		fn(r.kbuf, r.vbuf)
+	}
+	r.dirty = r.dirty[:0]
+}
+
+// Restore loads one entry produced by Changes, in any order, before Process.
+func (r *Rollup) Restore(key, val []byte) error {
+	if len(key) == 0 || key[0] != entryKey {
+		return errors.New("restore: not a rollup state entry: was it written by another processor?")
+	}
+	name := string(key[1:])
+	if val == nil {
+		delete(r.keys, name)
+		return nil
+	}
+	if len(val) < 2 || val[0] != stateVersion {
+		return fmt.Errorf("restore: rollup key %q: %w", name, errCorrupt)
+	}
+	k := &rollKey{key: name, open: val[1]&1 != 0, hasNonGap: val[1]&2 != 0}
+	rd := reader{b: val[2:]}
+	k.lastSub = rd.varint()
+	if k.open {
+		a := &k.acc
+		a.Symbol, a.Timeframe = name, r.to
+		a.OpenTime = rd.varint()
+		a.CloseTime = a.OpenTime + rd.varint()
+		a.Open, a.High, a.Low, a.Close, a.Volume, a.QuoteVolume = rd.dec(), rd.dec(), rd.dec(), rd.dec(), rd.dec(), rd.dec()
+		a.Trades = int64(rd.uvarint())
+	}
+	if rd.err == nil && len(rd.b) != 0 {
+		rd.err = errCorrupt
+	}
+	if rd.err != nil {
+		return fmt.Errorf("restore: rollup key %q: %w", name, rd.err)
+	}
+	r.keys[name] = k
+	return nil
+}

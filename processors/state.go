@@ -1,0 +1,227 @@
+package processors
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/kandle/kandle/decimal"
+)
+
+// State entries (Changes / Restore). Keys:
+//
+//	"p"        the partition: max event time, last record wall time
+//	"k"+key    one key: open windows (with their dedupe ids), previous
+//	           close, next window to emit, last trade time
+//
+// Values are a version byte followed by varints and 16-byte decimals. A nil
+// value from Changes means the entry was deleted.
+const (
+	entryPartition = 'p'
+	entryKey       = 'k'
+	stateVersion   = 1
+)
+
+var errCorrupt = errors.New("truncated or corrupt state entry")
+
+// Changes calls fn with every state entry changed since the last call (val
+// nil = deleted), then forgets them. key and val are only valid during fn.
+func (a *Aggregator) Changes(fn func(key, val []byte)) {
+	if a.partDirty {
+		a.partDirty = false
+		a.kbuf = append(a.kbuf[:0], entryPartition)
+		v := append(a.vbuf[:0], stateVersion, boolBits(a.hasMax, a.hasWall))
+		v = binary.AppendVarint(v, a.maxTS)
+		v = binary.AppendVarint(v, a.lastWall)
+		a.vbuf = v
+		fn(a.kbuf, a.vbuf)
+	}
+	for i, k := range a.dirty {
+		a.dirty[i] = nil
+		k.dirty = false
+		a.kbuf = append(append(a.kbuf[:0], entryKey), k.key...)
+		if k.delete {
+			if cur := a.keys[k.key]; cur != nil && cur != k {
+				continue // the key came back: its new state is written instead
+			}
+			fn(a.kbuf, nil)
+			continue
+		}
+		a.vbuf = encodeKey(a.vbuf[:0], k)
+		fn(a.kbuf, a.vbuf)
+	}
+	a.dirty = a.dirty[:0]
+}
+
+// Restore loads one entry produced by Changes. Call it for every stored
+// entry, in any order, before processing records.
+func (a *Aggregator) Restore(key, val []byte) error {
+	if len(key) == 0 {
+		return errors.New("restore: empty state key")
+	}
+	switch key[0] {
+	case entryPartition:
+		if val == nil {
+			return nil
+		}
+		if len(val) < 2 || val[0] != stateVersion {
+			return fmt.Errorf("restore: partition entry: %w", errCorrupt)
+		}
+		r := reader{b: val[2:]}
+		a.hasMax, a.hasWall = val[1]&1 != 0, val[1]&2 != 0
+		a.maxTS, a.lastWall = r.varint(), r.varint()
+		if r.err != nil {
+			return fmt.Errorf("restore: partition entry: %w", r.err)
+		}
+		return nil
+	case entryKey:
+		name := string(key[1:])
+		if old := a.keys[name]; old != nil {
+			a.deleteKey(old)
+			old.dirty = false
+		}
+		if val == nil {
+			return nil
+		}
+		k, err := a.decodeKey(name, val)
+		if err != nil {
+			return fmt.Errorf("restore: key %q: %w", name, err)
+		}
+		a.keys[name] = k
+		a.schedule(k)
+		return nil
+	}
+	return fmt.Errorf("restore: unknown state entry kind %q: was it written by another processor?", key[0])
+}
+
+func boolBits(a, b bool) byte {
+	var x byte
+	if a {
+		x |= 1
+	}
+	if b {
+		x |= 2
+	}
+	return x
+}
+
+func appendDec(b []byte, d decimal.Decimal) []byte {
+	hi, lo := d.Raw()
+	b = binary.BigEndian.AppendUint64(b, hi)
+	return binary.BigEndian.AppendUint64(b, lo)
+}
+
+func encodeKey(b []byte, k *keyState) []byte {
+	b = append(b, stateVersion, boolBits(k.started, k.hasPrev))
+	b = binary.AppendVarint(b, k.nextOpen)
+	b = binary.AppendVarint(b, k.nextClose-k.nextOpen)
+	b = binary.AppendVarint(b, k.lastTS)
+	if k.hasPrev {
+		b = appendDec(b, k.prevClose)
+	}
+	b = binary.AppendUvarint(b, uint64(len(k.wins)))
+	for _, w := range k.wins {
+		b = binary.AppendVarint(b, w.open)
+		b = binary.AppendVarint(b, w.close-w.open)
+		b = binary.AppendVarint(b, w.oTS-w.open)
+		b = binary.AppendVarint(b, w.cTS-w.open)
+		for _, d := range [...]decimal.Decimal{w.o, w.h, w.l, w.c, w.v, w.q} {
+			b = appendDec(b, d)
+		}
+		b = binary.AppendUvarint(b, uint64(w.n))
+		b = binary.AppendUvarint(b, uint64(w.idCount()))
+		for id := range w.ids {
+			b = binary.AppendUvarint(b, uint64(id.n))
+			b = append(b, id.b[:id.n]...)
+		}
+		for id := range w.longIDs {
+			b = binary.AppendUvarint(b, uint64(len(id)))
+			b = append(b, id...)
+		}
+	}
+	return b
+}
+
+func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
+	if len(val) < 2 || val[0] != stateVersion {
+		return nil, errCorrupt
+	}
+	k := &keyState{key: name, hidx: -1, started: val[1]&1 != 0, hasPrev: val[1]&2 != 0}
+	r := reader{b: val[2:]}
+	k.nextOpen = r.varint()
+	k.nextClose = k.nextOpen + r.varint()
+	k.lastTS = r.varint()
+	if k.hasPrev {
+		k.prevClose = r.dec()
+	}
+	n := r.uvarint()
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		w := a.newWindow(0, 0)
+		w.open = r.varint()
+		w.close = w.open + r.varint()
+		w.oTS = w.open + r.varint()
+		w.cTS = w.open + r.varint()
+		w.o, w.h, w.l, w.c, w.v, w.q = r.dec(), r.dec(), r.dec(), r.dec(), r.dec(), r.dec()
+		w.n = int64(r.uvarint())
+		ids := r.uvarint()
+		for j := uint64(0); j < ids && r.err == nil; j++ {
+			w.addID(string(r.bytes(r.uvarint())))
+		}
+		k.wins = append(k.wins, w)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = errCorrupt
+	}
+	return k, r.err
+}
+
+// reader decodes state values; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes(n uint64) []byte {
+	if uint64(len(r.b)) < n {
+		r.fail()
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) dec() decimal.Decimal {
+	b := r.bytes(16)
+	if b == nil {
+		return decimal.Zero
+	}
+	return decimal.FromRaw(binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]))
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errCorrupt
+	}
+	r.b = nil
+}
