@@ -1,0 +1,90 @@
+package valkey
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// Config is the YAML block of a valkey sink. Its tags are the one list of
+// fields: the topology package decodes, validates and documents them.
+type Config struct {
+	Addrs                 []string      `yaml:"addrs" required:"true" doc:"Valkey/Redis server addresses as host:port (standalone primary; cluster mode is not supported yet)"`
+	Username              string        `yaml:"username" default:"" doc:"ACL user name (leave empty for the default user)"`
+	Password              string        `yaml:"password" default:"" doc:"password for AUTH (requirepass or the ACL user's password)"`
+	DB                    int           `yaml:"db" default:"0" doc:"logical database number selected after connecting"`
+	TLS                   bool          `yaml:"tls" default:"false" doc:"connect with TLS"`
+	TLSInsecureSkipVerify bool          `yaml:"tls_insecure_skip_verify" default:"false" doc:"accept any server certificate (testing only)"`
+	Coalesce              time.Duration `yaml:"coalesce" default:"250ms" doc:"how often changed active candles are sent, newest per key only; 0 sends on every update"`
+	ActiveTTL             time.Duration `yaml:"active_ttl" default:"0s" doc:"expiry of candle:active hashes; 0 means twice the candle's timeframe"`
+	KeyPrefix             string        `yaml:"key_prefix" default:"" doc:"prefix for every key and channel, e.g. \"prod:\""`
+	Timeout               time.Duration `yaml:"timeout" default:"5s" doc:"dial timeout and the limit of one round trip before it is retried"`
+}
+
+// DefaultConfig returns a Config with the documented defaults and addr as
+// the only address.
+func DefaultConfig(addr string) Config {
+	return Config{Addrs: []string{addr}, Coalesce: 250 * time.Millisecond, Timeout: 5 * time.Second}
+}
+
+// Validate returns what is wrong with c, each message saying how to fix it.
+func (c *Config) Validate() []string {
+	var errs []string
+	if len(c.Addrs) == 0 {
+		errs = append(errs, "addrs: give at least one Valkey address as host:port, e.g. 127.0.0.1:6379")
+	}
+	for i, a := range c.Addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Sprintf("addrs[%d]: %q is not host:port (e.g. 127.0.0.1:6379)", i, a))
+		}
+	}
+	if c.DB < 0 {
+		errs = append(errs, fmt.Sprintf("db: %d is negative; use 0 or a positive database number", c.DB))
+	}
+	if c.TLSInsecureSkipVerify && !c.TLS {
+		errs = append(errs, "tls_insecure_skip_verify: only applies with tls: true; set tls: true or remove it")
+	}
+	if c.Username != "" && c.Password == "" {
+		errs = append(errs, "username: an ACL user needs a password; set password")
+	}
+	if c.Coalesce < 0 {
+		errs = append(errs, fmt.Sprintf("coalesce: %v is negative; use 0 (send every update) or e.g. 250ms", c.Coalesce))
+	}
+	if c.ActiveTTL < 0 {
+		errs = append(errs, fmt.Sprintf("active_ttl: %v is negative; use 0 (twice the timeframe) or a duration", c.ActiveTTL))
+	} else if c.ActiveTTL > 0 && c.ActiveTTL < time.Millisecond {
+		errs = append(errs, "active_ttl: below 1ms; Valkey expiries have millisecond resolution")
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Sprintf("timeout: %v is negative; use e.g. 5s", c.Timeout))
+	}
+	return errs
+}
+
+func (c *Config) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return 5 * time.Second
+	}
+	return c.Timeout
+}
+
+// clientOption maps c to valkey-go's options.
+func (c *Config) clientOption() valkey.ClientOption {
+	opt := valkey.ClientOption{
+		InitAddress:      c.Addrs,
+		Username:         c.Username,
+		Password:         c.Password,
+		SelectDB:         c.DB,
+		DisableCache:     true, // we never read through the cache; skips CLIENT TRACKING
+		ConnWriteTimeout: c.timeout(),
+		ClientName:       "kandle",
+	}
+	opt.Dialer.Timeout = c.timeout()
+	if c.TLS {
+		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.TLSInsecureSkipVerify} //nolint:gosec // opt-in
+	}
+	return opt
+}

@@ -1,0 +1,69 @@
+package valkey
+
+import (
+	"strconv"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/valkey-io/valkey-go"
+)
+
+// names builds keys and channels with the configured prefix.
+type names struct{ prefix string }
+
+func (n names) hash(tf, sym string) string    { return n.prefix + "candle:active:" + tf + ":" + sym }
+func (n names) channel(tf, sym string) string { return n.prefix + "pub:candle:" + tf + ":" + sym }
+func (n names) symbols() string               { return n.prefix + "active:symbols" }
+
+// key identifies one live candle.
+type key struct{ tf, sym string }
+
+func keyOf(c *candle.Candle) key { return key{c.Timeframe, c.Symbol} }
+
+// message is the published JSON: the candle's wire form plus "final".
+func message(buf []byte, c *candle.Candle, final bool) []byte {
+	buf = c.AppendJSON(buf[:0])
+	buf = buf[:len(buf)-1] // drop '}'
+	if final {
+		return append(buf, `,"final":true}`...)
+	}
+	return append(buf, `,"final":false}`...)
+}
+
+// hset builds HSET of the hash fields o h l c v q t open_time close_time.
+func hset(b valkey.Builder, k string, c *candle.Candle) valkey.Completed {
+	return b.Hset().Key(k).FieldValue().
+		FieldValue("o", c.Open.String()).
+		FieldValue("h", c.High.String()).
+		FieldValue("l", c.Low.String()).
+		FieldValue("c", c.Close.String()).
+		FieldValue("v", c.Volume.String()).
+		FieldValue("q", c.QuoteVolume.String()).
+		FieldValue("t", strconv.FormatInt(c.Trades, 10)).
+		FieldValue("open_time", strconv.FormatInt(c.OpenTime, 10)).
+		FieldValue("close_time", strconv.FormatInt(c.CloseTime, 10)).
+		Build()
+}
+
+// ttl returns the hash expiry in ms: the fixed one, or twice the window.
+func ttl(fixed int64, c *candle.Candle) int64 {
+	if fixed > 0 {
+		return fixed
+	}
+	if d := c.CloseTime - c.OpenTime; d > 0 {
+		return 2 * d
+	}
+	return 1
+}
+
+// invalid says why c cannot be stored, or "".
+func invalid(c *candle.Candle) string {
+	switch {
+	case c.Symbol == "":
+		return "empty symbol"
+	case c.Timeframe == "":
+		return "empty timeframe"
+	case c.CloseTime <= c.OpenTime:
+		return "close_time is not after open_time"
+	}
+	return ""
+}
