@@ -152,6 +152,9 @@ func (s *Sink) storeFinals(ctx context.Context, cs []candle.Candle) (bad []strin
 				tx = append(tx, b.Sadd().Key(s.names.symbols()).Member(syms...).Build())
 			}
 			tx = append(tx, b.Exec().Build())
+			if s.beforeExec != nil {
+				s.beforeExec()
+			}
 			rs = s.doMulti(ctx, dc, tx...)
 			for _, r := range rs[:len(rs)-1] {
 				if err := r.Error(); err != nil {

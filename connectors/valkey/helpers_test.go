@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -11,10 +13,14 @@ import (
 	"github.com/kandle/kandle/decimal"
 	"github.com/kandle/kandle/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/valkey-io/valkey-go"
 )
 
 const minute = int64(60_000)
+
+// quiet drops the sink's logs (outage tests warn on purpose).
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newSink starts a sink on addr with cfg adjusted by mod; it is closed at cleanup.
 func newSink(t testing.TB, addr string, mod func(*Config), opts ...Option) *Sink {
@@ -23,7 +29,7 @@ func newSink(t testing.TB, addr string, mod func(*Config), opts ...Option) *Sink
 	if mod != nil {
 		mod(&cfg)
 	}
-	opts = append([]Option{WithRegisterer(prometheus.NewRegistry())}, opts...)
+	opts = append([]Option{WithRegisterer(prometheus.NewRegistry()), WithLogger(quiet)}, opts...)
 	s, err := New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -138,3 +144,12 @@ func startRedis(t testing.TB, extra ...string) *testkit.Service { return testkit
 type candle1 = candle.Candle
 
 func itoa(i int) string { return fmt.Sprint(i) }
+
+// counter reads a counter's current value.
+func counter(c prometheus.Metric) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}

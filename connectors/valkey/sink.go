@@ -40,6 +40,8 @@ type Sink struct {
 	fmu sync.Mutex
 	buf []candle.Candle
 
+	beforeExec func() // test hook: runs between the read and the transaction
+
 	closeOnce sync.Once
 	closeErr  error
 }
