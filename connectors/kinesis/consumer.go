@@ -1,0 +1,292 @@
+package kinesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+)
+
+// ConsumerConfig holds the plain settings of a Consumer (topology.Kinesis maps onto it).
+type ConsumerConfig struct {
+	Stream     string // stream name (required)
+	LeaseTable string // DynamoDB lease table, created if missing (required)
+	// Owner names this instance in the lease table; it must be unique among
+	// live instances. Default: hostname-pid-random.
+	Owner string
+	// LeaseDuration: a lease whose counter did not move for this long (by the
+	// observer's clock) is expired. Default 10s. Renewals run every third of it.
+	LeaseDuration time.Duration
+	// TakeInterval is how often leases are scanned, taken and balanced. Default LeaseDuration/3.
+	TakeInterval time.Duration
+	// ShardSyncInterval is how often ListShards looks for new shards. Default LeaseDuration.
+	ShardSyncInterval time.Duration
+	// PollInterval is the pause after a GetRecords that is caught up. Default 200ms.
+	PollInterval time.Duration
+	// InitialPosition for shards without a checkpoint and without parents:
+	// TrimHorizon (default) or Latest. Child shards always start at TrimHorizon.
+	InitialPosition string
+	// MaxRecords per GetRecords call (1..10000). Default 1000.
+	MaxRecords int32
+}
+
+func (c *ConsumerConfig) setDefaults() error {
+	if c.Stream == "" {
+		return errors.New("kinesis: ConsumerConfig.Stream is empty: set the stream name")
+	}
+	if c.LeaseTable == "" {
+		return errors.New("kinesis: ConsumerConfig.LeaseTable is empty: name a DynamoDB table for leases")
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64()&0xffffff, 36)
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = 10 * time.Second
+	}
+	if c.TakeInterval <= 0 {
+		c.TakeInterval = c.LeaseDuration / 3
+	}
+	if c.ShardSyncInterval <= 0 {
+		c.ShardSyncInterval = c.LeaseDuration
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	switch c.InitialPosition {
+	case "":
+		c.InitialPosition = TrimHorizon
+	case TrimHorizon, Latest:
+	default:
+		return fmt.Errorf("kinesis: InitialPosition %q: use %q or %q", c.InitialPosition, TrimHorizon, Latest)
+	}
+	if c.MaxRecords <= 0 {
+		c.MaxRecords = 1000
+	}
+	if c.MaxRecords > 10000 {
+		return fmt.Errorf("kinesis: MaxRecords %d is above the GetRecords limit of 10000", c.MaxRecords)
+	}
+	return nil
+}
+
+// Consumer reads a stream as one member of a group of instances sharing a
+// lease table. Create it with NewConsumer and call Run.
+type Consumer struct {
+	cfg   ConsumerConfig
+	kin   KinesisAPI
+	table *leaseTable
+	h     Handler
+	log   *slog.Logger
+	clock Clock
+	m     *consumerMetrics
+
+	mu   sync.Mutex
+	held map[string]*worker
+	wg   sync.WaitGroup
+
+	obs     map[string]observation // taker goroutine only
+	syncNow chan struct{}
+
+	abandon bool // tests: exit like a crash (no release, no Lost)
+}
+
+// observation is when this instance first saw a lease at its current counter.
+type observation struct {
+	counter int64
+	owner   string
+	seen    time.Time
+}
+
+type worker struct {
+	shard  Shard
+	lease  *Lease
+	cancel context.CancelCauseFunc
+}
+
+// NewConsumer checks cfg and returns a consumer; nothing runs until Run.
+func NewConsumer(kin KinesisAPI, ddb DynamoAPI, cfg ConsumerConfig, h Handler, opts ...Option) (*Consumer, error) {
+	if kin == nil || ddb == nil || h == nil {
+		return nil, errors.New("kinesis: NewConsumer needs a Kinesis client, a DynamoDB client and a Handler")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	o := buildOptions(opts)
+	m, err := newConsumerMetrics(o.reg, cfg.Stream)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		cfg: cfg, kin: kin, h: h, log: o.log.With("stream", cfg.Stream, "owner", cfg.Owner), clock: o.clock, m: m,
+		table:   &leaseTable{db: ddb, name: cfg.LeaseTable, duration: cfg.LeaseDuration, clock: o.clock},
+		held:    map[string]*worker{},
+		obs:     map[string]observation{},
+		syncNow: make(chan struct{}, 1),
+	}, nil
+}
+
+// Owner returns this instance's name in the lease table.
+func (c *Consumer) Owner() string { return c.cfg.Owner }
+
+// Held returns the IDs of the shards this instance holds right now.
+func (c *Consumer) Held() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make([]string, 0, len(c.held))
+	for id := range c.held {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Run creates the lease table if needed, then syncs shards, takes, renews
+// and balances leases and reads the owned shards until ctx ends. On the way
+// out every shard gets Lost and its lease is released so others take it at
+// once. Run returns nil after a cancel, or the error that stopped it.
+func (c *Consumer) Run(ctx context.Context) error {
+	if err := c.table.ensure(ctx, 50*time.Millisecond); err != nil {
+		return err
+	}
+	if err := c.syncShards(ctx); err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+
+	var loops sync.WaitGroup
+	loops.Add(1)
+	go func() {
+		defer loops.Done()
+		c.renewLoop(runCtx)
+	}()
+
+	take := time.NewTicker(c.cfg.TakeInterval)
+	defer take.Stop()
+	syncT := time.NewTicker(c.cfg.ShardSyncInterval)
+	defer syncT.Stop()
+	c.takeRound(runCtx)
+	for runCtx.Err() == nil {
+		select {
+		case <-runCtx.Done():
+		case <-take.C:
+			c.takeRound(runCtx)
+		case <-syncT.C:
+			c.logErr(c.syncShards(runCtx), "shard sync failed")
+		case <-c.syncNow:
+			c.logErr(c.syncShards(runCtx), "shard sync failed")
+			c.takeRound(runCtx)
+		}
+	}
+	stop()
+	loops.Wait()
+	c.stopAll(ErrShutdown)
+	c.wg.Wait()
+	return nil
+}
+
+// ErrShutdown is the cause given to shards stopped because Run ended.
+var ErrShutdown = errors.New("kinesis: consumer shut down")
+
+func (c *Consumer) logErr(err error, msg string) {
+	if err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Warn("kinesis: "+msg, "err", err)
+	}
+}
+
+func (c *Consumer) stopAll(cause error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.held {
+		w.cancel(cause)
+	}
+}
+
+// renewLoop renews held leases every LeaseDuration/3 and stops the workers
+// of leases that were lost or could not be renewed in time.
+func (c *Consumer) renewLoop(ctx context.Context) {
+	t := time.NewTicker(c.cfg.LeaseDuration / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		ws := make([]*worker, 0, len(c.held))
+		for _, w := range c.held {
+			ws = append(ws, w)
+		}
+		c.mu.Unlock()
+		for _, w := range ws {
+			rctx, cancel := context.WithTimeout(ctx, c.cfg.LeaseDuration/3)
+			err := w.lease.renew(rctx)
+			cancel()
+			switch {
+			case err == nil:
+			case errors.Is(err, ErrLeaseLost):
+				c.log.Info("kinesis: lease lost", "shard", w.shard.ID)
+				c.m.lost.Inc()
+				w.cancel(ErrLeaseLost)
+			case ctx.Err() != nil:
+				return
+			case w.lease.expired(c.clock.Now()):
+				c.log.Warn("kinesis: lease not renewed in time, giving it up", "shard", w.shard.ID, "err", err)
+				c.m.lost.Inc()
+				w.cancel(fmt.Errorf("%w: renewal failed: %v", ErrLeaseLost, err))
+			default:
+				c.log.Warn("kinesis: lease renewal failed, will retry", "shard", w.shard.ID, "err", err)
+			}
+		}
+	}
+}
+
+// syncShards lists the stream and creates leases for shards that have none.
+// A parent is recorded only if the listing still has it (older ones have
+// been trimmed and count as finished).
+func (c *Consumer) syncShards(ctx context.Context) error {
+	shards, err := listShards(ctx, c.kin, c.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	items, err := c.table.scan(ctx)
+	if err != nil {
+		return err
+	}
+	have := make(map[string]bool, len(items))
+	for _, it := range items {
+		have[it.ShardID] = true
+	}
+	listed := make(map[string]bool, len(shards))
+	for _, s := range shards {
+		listed[aws.ToString(s.ShardId)] = true
+	}
+	for _, s := range shards {
+		id := aws.ToString(s.ShardId)
+		if have[id] {
+			continue
+		}
+		var parents []string
+		for _, p := range parentsOf(s) {
+			if listed[p] || have[p] {
+				parents = append(parents, p)
+			}
+		}
+		cp := c.cfg.InitialPosition
+		if len(parents) > 0 {
+			cp = TrimHorizon
+		}
+		if err := c.table.create(ctx, id, parents, cp); err != nil {
+			return err
+		}
+		have[id] = true
+	}
+	return nil
+}
