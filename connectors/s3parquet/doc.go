@@ -1,0 +1,57 @@
+// Package s3parquet is kandle's candle lake: a sink that stores closed
+// candles as zstd-compressed Parquet files on S3 (or a local folder), laid
+// out in Hive-style partitions that query engines such as DuckDB, Athena,
+// Spark and Trino read directly:
+//
+//	<prefix>/timeframe=<tf>/symbol=<sym>/year=YYYY/month=MM/day=DD/candles.parquet
+//
+// The date is the UTC date of the candle's open_time. The symbol is escaped
+// with EscapeSymbol: every byte outside A–Z a–z 0–9 - _ . ~ becomes %XX
+// (upper-case hex), so "BTC/USDT" is stored as "BTC%2FUSDT" and
+// url.PathUnescape (or UnescapeSymbol) gives the symbol back.
+//
+// # Exactly-once results from at-least-once delivery
+//
+// The engine may hand the sink the same candle more than once (after a
+// crash, a rebalance or a replay). Each (timeframe, symbol, day) therefore
+// has exactly one object with a fixed name, and a flush upserts into it:
+// it reads the existing object (if any), merges the buffered candles into it
+// keyed by open_time (the newest write wins), sorts by open_time and
+// rewrites the whole object. Any redelivery or replay converges to the same
+// bytes, whatever the flush timing. The price is a rewrite of the day's
+// object per flush: a flush costs one GET and one PUT per touched
+// partition, and the object is bounded by one day of one symbol and
+// timeframe (86 400 rows for 1s candles, 1 440 for 1m).
+//
+// Writers must not share a partition: two sink instances flushing the same
+// (timeframe, symbol, day) at once would race on the read-merge-write. The
+// engine keys sinks by partition of the candle topics, and a symbol lives in
+// one partition, so this holds.
+//
+// # Columns
+//
+//	symbol, timeframe          STRING (dictionary encoded)
+//	open_time, close_time      INT64 TIMESTAMP(MILLIS, isAdjustedToUTC=true)
+//	open, high, low, close,
+//	volume, quote_volume       FIXED_LEN_BYTE_ARRAY(16) DECIMAL(38,18)
+//	trades                     INT64
+//	gap                        BOOLEAN
+//
+// Decimals are package decimal's 128-bit unscaled value (×10^18) as 16 bytes
+// of big-endian two's complement. Scale 18 is decimal's own, so reading a
+// file back is exact. Precision 38 holds magnitudes below 10^20; a
+// decimal.Decimal reaches 1.7e20, so Write rejects (RejectedError) a candle
+// with a value of 10^20 or more instead of writing a file readers misread.
+//
+// # Flushing
+//
+// Write buffers. The buffer is flushed when it holds flush_rows candles or
+// about flush_bytes, when its oldest candle has waited flush_age (checked on
+// Write with the sink's Clock), and a (timeframe, symbol) day is flushed as
+// soon as a candle of a later day of that series arrives. The engine calls
+// Flush before it commits consumer offsets; when Flush returns nil every
+// candle written so far is durable. Transient failures (network, 5xx,
+// throttling) are retried with jittered exponential backoff until the
+// context ends, so an outage pauses the stage instead of losing candles.
+// Candles that can never be stored are returned as a *RejectedError.
+package s3parquet

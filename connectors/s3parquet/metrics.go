@@ -1,0 +1,47 @@
+package s3parquet
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	candles  prometheus.Counter   // candles made durable
+	objects  prometheus.Counter   // objects written
+	bytes    prometheus.Counter   // object bytes written
+	rejected prometheus.Counter   // candles rejected as unstorable
+	retries  prometheus.Counter   // failed attempts that were retried
+	errors   prometheus.Counter   // failed attempts (retried or not)
+	latency  prometheus.Histogram // one partition's read-merge-write
+	flushes  prometheus.Histogram // one whole flush
+}
+
+func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
+	labels := prometheus.Labels{"sink": name}
+	counter := func(n, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: n, Help: help, ConstLabels: labels})
+	}
+	buckets := prometheus.ExponentialBuckets(0.001, 2, 16)
+	m := &metrics{
+		candles:  counter("candles_written_total", "Candles stored durably (counted again when redelivered)."),
+		objects:  counter("objects_written_total", "Parquet objects written (each a whole day of one series)."),
+		bytes:    counter("bytes_written_total", "Bytes of Parquet objects written."),
+		rejected: counter("candles_rejected_total", "Candles that can never be stored, returned for dead-lettering."),
+		retries:  counter("retries_total", "Failed reads or writes that were retried."),
+		errors:   counter("errors_total", "Failed reads or writes, retried or not."),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "object_write_seconds",
+			Help: "Time to read, merge and write one partition object, retries included.", ConstLabels: labels, Buckets: buckets}),
+		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "flush_seconds",
+			Help: "Time of one flush of the buffer.", ConstLabels: labels, Buckets: buckets}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.latency, m.flushes} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics (give each sink its own WithName): %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,95 @@
+package s3parquet
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+)
+
+// row is one candle as a Parquet row (see the package doc for the types).
+type row struct {
+	Symbol      string   `parquet:"symbol,dict"`
+	Timeframe   string   `parquet:"timeframe,dict"`
+	OpenTime    int64    `parquet:"open_time,timestamp(millisecond:utc)"`
+	CloseTime   int64    `parquet:"close_time,timestamp(millisecond:utc)"`
+	Open        [16]byte `parquet:"open,decimal(18:38)"`
+	High        [16]byte `parquet:"high,decimal(18:38)"`
+	Low         [16]byte `parquet:"low,decimal(18:38)"`
+	Close       [16]byte `parquet:"close,decimal(18:38)"`
+	Volume      [16]byte `parquet:"volume,decimal(18:38)"`
+	QuoteVolume [16]byte `parquet:"quote_volume,decimal(18:38)"`
+	Trades      int64    `parquet:"trades"`
+	Gap         bool     `parquet:"gap"`
+}
+
+// enc128 is d's unscaled value as 16 bytes of big-endian two's complement.
+func enc128(d decimal.Decimal) (b [16]byte) {
+	hi, lo := d.Raw()
+	binary.BigEndian.PutUint64(b[:8], hi)
+	binary.BigEndian.PutUint64(b[8:], lo)
+	return b
+}
+
+func dec128(b [16]byte) decimal.Decimal {
+	return decimal.FromRaw(binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]))
+}
+
+func toRow(c *candle.Candle) row {
+	return row{
+		Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
+		Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
+		Volume: enc128(c.Volume), QuoteVolume: enc128(c.QuoteVolume), Trades: c.Trades, Gap: c.Gap,
+	}
+}
+
+func fromRow(r *row) candle.Candle {
+	return candle.Candle{
+		Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: r.OpenTime, CloseTime: r.CloseTime,
+		Open: dec128(r.Open), High: dec128(r.High), Low: dec128(r.Low), Close: dec128(r.Close),
+		Volume: dec128(r.Volume), QuoteVolume: dec128(r.QuoteVolume), Trades: r.Trades, Gap: r.Gap,
+	}
+}
+
+// encode writes cs (already sorted by open_time) as one Parquet file.
+func encode(cs []candle.Candle, rowGroupRows int) ([]byte, error) {
+	var buf bytes.Buffer
+	w := parquet.NewGenericWriter[row](&buf,
+		parquet.Compression(&parquet.Zstd),
+		parquet.MaxRowsPerRowGroup(int64(rowGroupRows)),
+		parquet.CreatedBy("kandle", "", ""),
+	)
+	rows := make([]row, len(cs))
+	for i := range cs {
+		rows[i] = toRow(&cs[i])
+	}
+	if _, err := w.Write(rows); err != nil {
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("encode parquet: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// errCorrupt marks an object that exists but is not a readable candle file.
+var errCorrupt = errors.New("not a readable candle parquet file")
+
+// Decode reads a Parquet file written by this package back into candles,
+// exactly (decimals included), in file order.
+func Decode(data []byte) ([]candle.Candle, error) {
+	rows, err := parquet.Read[row](bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
+	}
+	cs := make([]candle.Candle, len(rows))
+	for i := range rows {
+		cs[i] = fromRow(&rows[i])
+	}
+	return cs, nil
+}

@@ -1,0 +1,326 @@
+package s3parquet
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+)
+
+// Sink buffers closed candles and upserts them into the lake. Its methods
+// are safe for concurrent use, but the engine calls them from one stage.
+type Sink struct {
+	cfg        Config
+	st         store
+	log        *slog.Logger
+	m          *metrics
+	clock      Clock
+	minBackoff time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	buf    map[partKey]*part
+	rows   int       // candles buffered
+	bytes  int       // rough memory of the buffered candles
+	oldest time.Time // when the buffer got its first candle; zero when empty
+}
+
+// partKey names one object: a (timeframe, symbol, UTC day) partition.
+type partKey struct {
+	tf, sym string
+	day     int64
+}
+
+type part struct {
+	byOpen map[int64]candle.Candle // open_time → newest write
+	bytes  int
+}
+
+// New opens the lake named by cfg.URL. For S3 it checks once that the
+// bucket is reachable, so a wrong bucket, endpoint or credential fails at
+// startup with a message instead of pausing the stage later.
+func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
+	cfg = cfg.withDefaults()
+	if bad := cfg.Validate(); len(bad) > 0 {
+		return nil, fmt.Errorf("s3parquet: invalid config: %s", strings.Join(bad, "; "))
+	}
+	loc, _ := parseURL(cfg.URL) // Validate checked it
+	o := options{log: slog.Default(), name: "s3parquet", clock: systemClock{}, minBackoff: 100 * time.Millisecond}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := newMetrics(o.reg, o.name)
+	if err != nil {
+		return nil, fmt.Errorf("s3parquet: %w", err)
+	}
+	s := &Sink{
+		cfg: cfg, m: m, clock: o.clock, minBackoff: o.minBackoff,
+		log: o.log.With("sink", o.name, "url", cfg.URL),
+		buf: map[partKey]*part{},
+	}
+	if loc.isFile() {
+		if err := os.MkdirAll(loc.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("s3parquet: create lake folder %s: %w; check the url and the folder's permissions", loc.dir, err)
+		}
+		s.st = &fileStore{dir: loc.dir}
+		return s, nil
+	}
+	st, err := newS3Store(ctx, cfg, loc, o)
+	if err != nil {
+		return nil, err
+	}
+	s.st = st
+	return s, nil
+}
+
+// Write buffers cs and flushes what the flush policy asks for. Candles that
+// can never be stored are skipped and returned in a *RejectedError; the rest
+// are accepted. An error from a flush leaves the candles buffered.
+func (s *Sink) Write(ctx context.Context, cs []candle.Candle) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("s3parquet: write after Close")
+	}
+	var rej []Rejected
+	touched := map[[2]string]bool{}
+	for i := range cs {
+		c := &cs[i]
+		if why := check(c); why != "" {
+			rej = append(rej, Rejected{Candle: *c, Reason: why})
+			continue
+		}
+		k := partKey{tf: c.Timeframe, sym: c.Symbol, day: dayOf(c.OpenTime)}
+		p := s.buf[k]
+		if p == nil {
+			p = &part{byOpen: map[int64]candle.Candle{}}
+			s.buf[k] = p
+		}
+		if _, ok := p.byOpen[c.OpenTime]; !ok {
+			n := candleBytes(c)
+			p.bytes += n
+			s.bytes += n
+			s.rows++
+		}
+		p.byOpen[c.OpenTime] = *c
+		if s.oldest.IsZero() {
+			s.oldest = s.clock.Now()
+		}
+		touched[[2]string{c.Timeframe, c.Symbol}] = true
+	}
+	var err error
+	switch {
+	case s.rows >= s.cfg.FlushRows, s.bytes >= s.cfg.FlushBytes,
+		!s.oldest.IsZero() && s.clock.Now().Sub(s.oldest) >= s.cfg.FlushAge:
+		err = s.flush(ctx, s.keys(nil))
+	default:
+		if done := s.completedDays(touched); len(done) > 0 {
+			err = s.flush(ctx, done)
+		}
+	}
+	if len(rej) > 0 {
+		s.m.rejected.Add(float64(len(rej)))
+		err = errors.Join(err, &RejectedError{Rejected: rej})
+	}
+	return err
+}
+
+// Flush stores everything buffered. When it returns nil, every candle
+// passed to Write so far is durable. It retries transient failures until
+// ctx ends.
+func (s *Sink) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.flush(ctx, s.keys(nil))
+}
+
+// Close flushes the buffer; after it returns nil the sink takes no more
+// writes. If the flush fails the sink stays open and Close may be retried.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	if err := s.flush(ctx, s.keys(nil)); err != nil {
+		return err
+	}
+	s.closed = true
+	return nil
+}
+
+// keys returns the buffered partitions accepted by keep (nil: all), sorted
+// so flushes touch objects in a stable order.
+func (s *Sink) keys(keep func(partKey) bool) []partKey {
+	ks := make([]partKey, 0, len(s.buf))
+	for k := range s.buf {
+		if keep == nil || keep(k) {
+			ks = append(ks, k)
+		}
+	}
+	slices.SortFunc(ks, func(a, b partKey) int {
+		return cmp.Or(cmp.Compare(a.tf, b.tf), cmp.Compare(a.sym, b.sym), cmp.Compare(a.day, b.day))
+	})
+	return ks
+}
+
+// completedDays returns the buffered days of the touched series that are
+// older than that series' newest buffered day: a later day has begun, so
+// they will get no more candles in order.
+func (s *Sink) completedDays(touched map[[2]string]bool) []partKey {
+	newest := map[[2]string]int64{}
+	for k := range s.buf {
+		sk := [2]string{k.tf, k.sym}
+		if touched[sk] {
+			if d, ok := newest[sk]; !ok || k.day > d {
+				newest[sk] = k.day
+			}
+		}
+	}
+	return s.keys(func(k partKey) bool {
+		d, ok := newest[[2]string{k.tf, k.sym}]
+		return ok && k.day < d
+	})
+}
+
+// flush upserts the given partitions, Concurrency at a time, and drops the
+// ones that succeeded from the buffer. The caller holds s.mu.
+func (s *Sink) flush(ctx context.Context, keys []partKey) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	start := time.Now()
+	parts := make([]*part, len(keys))
+	for i, k := range keys {
+		parts[i] = s.buf[k]
+	}
+	errs := make([]error, len(keys))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(s.cfg.Concurrency, len(keys)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				errs[i] = s.upsert(ctx, keys[i], parts[i])
+			}
+		}()
+	}
+	for i := range keys {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+
+	var failed []error
+	for i, k := range keys {
+		if errs[i] != nil {
+			failed = append(failed, errs[i])
+			continue
+		}
+		s.rows -= len(parts[i].byOpen)
+		s.bytes -= parts[i].bytes
+		s.m.candles.Add(float64(len(parts[i].byOpen)))
+		delete(s.buf, k)
+	}
+	if len(s.buf) == 0 {
+		s.oldest = time.Time{}
+	}
+	s.m.flushes.Observe(time.Since(start).Seconds())
+	if len(failed) > 0 {
+		return fmt.Errorf("s3parquet: flush: %d of %d objects not written (their candles stay buffered): %w",
+			len(failed), len(keys), errors.Join(failed[:min(len(failed), 3)]...))
+	}
+	return nil
+}
+
+// upsert merges p into its partition's object: read it, overlay the
+// buffered candles by open_time, sort, rewrite. The result depends only on
+// the set of candles ever written, so replays converge to the same bytes.
+func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
+	start := time.Now()
+	key := PartitionPath(k.tf, k.sym, k.day*86_400_000)
+	err := s.retry(ctx, key, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+		defer cancel()
+		old, found, err := s.st.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		merged := make(map[int64]candle.Candle, len(p.byOpen))
+		if found {
+			prev, err := Decode(old)
+			if err != nil {
+				return fmt.Errorf("%s: %w; move or delete that object, then restart the stage", s.st.where(key), err)
+			}
+			for _, c := range prev {
+				merged[c.OpenTime] = c
+			}
+		}
+		for t, c := range p.byOpen {
+			merged[t] = c
+		}
+		cs := make([]candle.Candle, 0, len(merged))
+		for _, c := range merged {
+			cs = append(cs, c)
+		}
+		slices.SortFunc(cs, func(a, b candle.Candle) int { return cmp.Compare(a.OpenTime, b.OpenTime) })
+		data, err := encode(cs, s.cfg.RowGroupRows)
+		if err != nil {
+			return err
+		}
+		if found && string(data) == string(old) {
+			return nil // a pure redelivery: the object already says this
+		}
+		if err := s.st.put(ctx, key, data); err != nil {
+			return err
+		}
+		s.m.objects.Inc()
+		s.m.bytes.Add(float64(len(data)))
+		return nil
+	})
+	s.m.latency.Observe(time.Since(start).Seconds())
+	return err
+}
+
+// candleBytes estimates the memory one buffered candle takes.
+func candleBytes(c *candle.Candle) int { return 200 + len(c.Symbol) + len(c.Timeframe) }
+
+// 10^38, the first unscaled value DECIMAL(38,18) cannot hold.
+const limitHi, limitLo = 0x4B3B4CA85A86C47A, 0x098A224000000000
+
+// maxOpenTime is 10000-01-01T00:00:00Z: the partition path has a 4-digit year.
+const maxOpenTime = 253_402_300_800_000
+
+// check returns why c can never be stored, or "".
+func check(c *candle.Candle) string {
+	switch {
+	case c.Symbol == "":
+		return "empty symbol"
+	case len(c.Symbol) > 256:
+		return "symbol longer than 256 bytes (S3 keys are limited to 1024 bytes)"
+	case c.OpenTime < 0 || c.OpenTime >= maxOpenTime:
+		return "open_time outside years 1970-9999"
+	case c.CloseTime <= c.OpenTime:
+		return "close_time is not after open_time"
+	}
+	if _, err := candle.ParseTimeframe(c.Timeframe, nil); err != nil {
+		return err.Error()
+	}
+	limit := decimal.FromRaw(limitHi, limitLo)
+	for _, d := range [...]decimal.Decimal{c.Open, c.High, c.Low, c.Close, c.Volume, c.QuoteVolume} {
+		if d.Cmp(limit) >= 0 || d.Cmp(limit.Neg()) <= 0 {
+			return "value " + d.String() + " does not fit DECIMAL(38,18) (|v| < 10^20)"
+		}
+	}
+	return ""
+}
