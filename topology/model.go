@@ -3,6 +3,7 @@ package topology
 import (
 	"time"
 
+	"github.com/kandle/kandle/candle"
 	"gopkg.in/yaml.v3"
 )
 
@@ -26,7 +27,13 @@ type Topology struct {
 
 	// File is the path the topology was read from (for messages).
 	File string `yaml:"-"`
+
+	root  *yaml.Node // the parsed document, for positions
+	order order      // names in file order
 }
+
+// order keeps the file order of the named maps (Go maps have none).
+type order struct{ sources, processors, sinks []string }
 
 // Brokers is a list of seed brokers, or the single word "embedded".
 type Brokers []string
@@ -80,6 +87,9 @@ type Processor struct {
 	Dedupe      bool          `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
 	GapFill     bool          `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
 	Output      Output        `yaml:"output" doc:"Topic the closed candles are written to. Default: <topology>.<processor>."`
+
+	loc *time.Location   // resolved Zone, set by Parse
+	tf  candle.Timeframe // parsed Timeframe with loc, set by Parse
 }
 
 // Output is a topic kandle writes (created if missing).

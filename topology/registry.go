@@ -1,0 +1,26 @@
+package topology
+
+// SinkKind describes one sink connector to the parser.
+type SinkKind struct {
+	Name string // the value of a sink's kind key, e.g. "dynamodb"
+	Doc  string // one paragraph for docs/reference.md
+	// New returns a pointer to a fresh, tagged config struct of the connector.
+	// The sink's keys other than kind and from are decoded into it.
+	New func() any
+	// Validate, optional, returns extra problems with a decoded config, each
+	// a sentence saying what to change.
+	Validate func(cfg any) []string
+}
+
+// Registry lists the sink kinds a topology may use. The zero Registry has none.
+type Registry struct {
+	Sinks map[string]SinkKind
+}
+
+func (r Registry) kinds() []string {
+	out := make([]string, 0, len(r.Sinks))
+	for k := range r.Sinks {
+		out = append(out, k)
+	}
+	return sortedStrings(out)
+}
