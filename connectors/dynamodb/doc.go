@@ -1,0 +1,31 @@
+// Package dynamodb writes kandle's candles (and raw trades or device
+// readings) to Amazon DynamoDB, provisions the tables they live in, and runs
+// the reads the charts need.
+//
+// Why it looks the way it does:
+//
+//   - Every write is an idempotent upsert. An item's key is rendered from YAML
+//     templates (pk/sk with {symbol}, {timeframe}, {open_time}, {ts}, …), so a
+//     candle or trade delivered again after a crash or replay overwrites
+//     itself with identical attributes. TTLs are computed from event time,
+//     not the wall clock, for the same reason.
+//   - Writes go out as BatchWriteItem calls of at most 25 distinct keys
+//     (DynamoDB rejects a batch that names a key twice; the last write in a
+//     buffer wins), a bounded number in flight. UnprocessedItems, throttling
+//     and network errors are retried with jittered exponential backoff until
+//     the context ends, so an outage pauses the stage instead of losing data.
+//     Items DynamoDB can never accept (over 400 KB, keys too long, rejected by
+//     validation) come back as a *RejectedError listing the candles or trades,
+//     so the engine can dead-letter them.
+//   - Prices and volumes are stored as DynamoDB strings holding the exact
+//     decimal text. DynamoDB's N type would hold 18 decimal places too (it
+//     has 38 significant digits), but strings keep the value byte-for-byte the
+//     same as on the candle topics and spare readers a float round trip.
+//     Times and counts are N.
+//   - Apply provisions tables, GSIs, LSIs and TTL idempotently and returns a
+//     Plan that doubles as the --dry-run output. Emulators without
+//     UpdateTimeToLive (dynalite) get a warning, not a failure.
+//   - Queries for candle history (Latest, Range, LatestMany) use Query rather
+//     than BatchGetItem, because "latest" has no exact key to ask for;
+//     ReadSharded merges write-sharded partitions back into one ordered stream.
+package dynamodb

@@ -1,0 +1,236 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/kandle/kandle/candle"
+)
+
+// The reads below serve the seeds' access patterns. They need a pk built
+// only from {symbol}, {timeframe} and {shard}, and a sort key that sorts by
+// time ({open_time} or {ts} first), so that "latest" and "from..to" map to
+// one Query per partition. With shards > 0 every shard's partition is
+// queried and the results merged.
+
+// Latest returns the newest candle of symbol and timeframe (Query with
+// ScanIndexForward=false, Limit=1 per shard). ok is false when there is none.
+func (s *Sink) Latest(ctx context.Context, symbol, tf string) (c candle.Candle, ok bool, err error) {
+	pks, err := s.partitions(symbol, tf)
+	if err != nil {
+		return candle.Candle{}, false, err
+	}
+	for _, pk := range pks {
+		items, err := s.query(ctx, s.keyCond(pk, nil), false, 1)
+		if err != nil {
+			return candle.Candle{}, false, err
+		}
+		for _, it := range items {
+			got, err := itemCandle(it)
+			if err != nil {
+				return candle.Candle{}, false, fmt.Errorf("dynamodb Latest %s %s: %w", symbol, tf, err)
+			}
+			if !ok || got.OpenTime > c.OpenTime {
+				c, ok = got, true
+			}
+		}
+	}
+	return c, ok, nil
+}
+
+// Range returns the candles of symbol and timeframe with open_time in
+// [from, to), oldest first, following Query pagination.
+func (s *Sink) Range(ctx context.Context, symbol, tf string, from, to int64) ([]candle.Candle, error) {
+	if to <= from {
+		return nil, nil
+	}
+	pks, err := s.partitions(symbol, tf)
+	if err != nil {
+		return nil, err
+	}
+	var out []candle.Candle
+	for _, pk := range pks {
+		items, err := s.query(ctx, s.keyCond(pk, &[2]int64{from, to}), true, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			c, err := itemCandle(it)
+			if err != nil {
+				return nil, fmt.Errorf("dynamodb Range %s %s: %w", symbol, tf, err)
+			}
+			if c.OpenTime >= from && c.OpenTime < to {
+				out = append(out, c)
+			}
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].OpenTime < out[j].OpenTime })
+	return out, nil
+}
+
+// LatestMany returns the newest candle of each symbol (symbols without one
+// are absent). BatchGetItem needs exact keys and "the newest open_time" is
+// not one, so this runs one Latest Query per symbol, MaxInFlight at a time.
+func (s *Sink) LatestMany(ctx context.Context, symbols []string, tf string) (map[string]candle.Candle, error) {
+	type res struct {
+		c   candle.Candle
+		ok  bool
+		err error
+	}
+	results := make([]res, len(symbols))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(s.cfg.MaxInFlight, len(symbols)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(symbols) || ctx.Err() != nil {
+					return
+				}
+				r := &results[i]
+				r.c, r.ok, r.err = s.Latest(ctx, symbols[i], tf)
+			}
+		})
+	}
+	wg.Wait()
+	out := make(map[string]candle.Candle, len(symbols))
+	for i, r := range results {
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.ok {
+			out[symbols[i]] = r.c
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dynamodb LatestMany: %w", err)
+	}
+	return out, nil
+}
+
+// ReadSharded returns the trades or readings of key (the {symbol} of the
+// pk template) with ts in [from, to), read from every write shard and
+// merged in sort key order. Without sharding it reads the one partition.
+func (s *Sink) ReadSharded(ctx context.Context, key string, from, to int64) ([]candle.Trade, error) {
+	if to <= from {
+		return nil, nil
+	}
+	pks, err := s.partitions(key, "")
+	if err != nil {
+		return nil, err
+	}
+	type row struct {
+		sk string
+		tr candle.Trade
+	}
+	var rows []row
+	for _, pk := range pks {
+		items, err := s.query(ctx, s.keyCond(pk, &[2]int64{from, to}), true, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range items {
+			tr, err := itemTrade(it)
+			if err != nil {
+				return nil, fmt.Errorf("dynamodb ReadSharded %s: %w", key, err)
+			}
+			if tr.TS >= from && tr.TS < to {
+				rows = append(rows, row{attrString(it[s.cfg.Table.SKAttribute]), tr})
+			}
+		}
+	}
+	numeric := s.cfg.Table.SKType == "N"
+	sort.SliceStable(rows, func(i, j int) bool {
+		if numeric {
+			a, _ := strconv.ParseInt(rows[i].sk, 10, 64)
+			b, _ := strconv.ParseInt(rows[j].sk, 10, 64)
+			return a < b
+		}
+		return rows[i].sk < rows[j].sk
+	})
+	out := make([]candle.Trade, len(rows))
+	for i := range rows {
+		out[i] = rows[i].tr
+	}
+	return out, nil
+}
+
+// partitions renders the pk of every shard for symbol and timeframe.
+func (s *Sink) partitions(symbol, tf string) ([]string, error) {
+	for _, p := range s.pk.parts {
+		switch p.ph {
+		case phLiteral, phSymbol, phTimeframe, phShard:
+		default:
+			return nil, fmt.Errorf("dynamodb table %s: reads need a pk built from {symbol}, {timeframe} and {shard} only; pk %q has time or id placeholders, so query its partitions directly", s.cfg.Table.Name, s.pk.src)
+		}
+	}
+	if !s.sk.leadingTime() {
+		return nil, fmt.Errorf("dynamodb table %s: reads need a sort key that starts with {open_time} or {ts} (got %q)", s.cfg.Table.Name, s.sk.src)
+	}
+	n := max(s.cfg.Shards, 1)
+	pks := make([]string, n)
+	for i := range pks {
+		pks[i] = s.pk.render(&vars{symbol: symbol, timeframe: tf, shard: i})
+	}
+	return pks, nil
+}
+
+// keyCond builds the key condition for partition pk, limited to the sort
+// keys of times in [r[0], r[1]) when r is set.
+func (s *Sink) keyCond(pk string, r *[2]int64) *dynamodb.QueryInput {
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(s.cfg.Table.Name),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": s.cfg.Table.PKAttribute},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": strAttr(pk)},
+	}
+	if r == nil {
+		return in
+	}
+	lo, hi := strconv.FormatInt(r[0], 10), strconv.FormatInt(r[1]-1, 10)
+	in.KeyConditionExpression = aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi")
+	in.ExpressionAttributeNames["#sk"] = s.cfg.Table.SKAttribute
+	if s.cfg.Table.SKType == "N" {
+		in.ExpressionAttributeValues[":lo"] = &types.AttributeValueMemberN{Value: lo}
+		in.ExpressionAttributeValues[":hi"] = &types.AttributeValueMemberN{Value: hi}
+	} else {
+		// "{ts}#…" sorts after "{ts}" and before "{ts}\uffff".
+		in.ExpressionAttributeValues[":lo"] = strAttr(lo)
+		in.ExpressionAttributeValues[":hi"] = strAttr(hi + "\uffff")
+	}
+	return in
+}
+
+// query runs in to the end (or to limit items when limit > 0), following
+// LastEvaluatedKey and retrying transient errors.
+func (s *Sink) query(ctx context.Context, in *dynamodb.QueryInput, forward bool, limit int32) ([]map[string]types.AttributeValue, error) {
+	in.ScanIndexForward = aws.Bool(forward)
+	if limit > 0 {
+		in.Limit = aws.Int32(limit)
+	}
+	var items []map[string]types.AttributeValue
+	for {
+		var out *dynamodb.QueryOutput
+		err := s.do(ctx, "Query", func(ctx context.Context) error {
+			var err error
+			out, err = s.client.Query(ctx, in)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("dynamodb Query on table %s: %w", s.cfg.Table.Name, err)
+		}
+		items = append(items, out.Items...)
+		if len(out.LastEvaluatedKey) == 0 || (limit > 0 && len(items) >= int(limit)) {
+			return items, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}

@@ -1,0 +1,82 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// errClass says what to do about a failed request.
+type errClass int
+
+const (
+	classTransient  errClass = iota // retry with backoff
+	classThrottled                  // retry with backoff (counted apart)
+	classValidation                 // the request (or an item in it) is invalid
+	classPermanent                  // configuration or permission problem
+)
+
+func (c errClass) String() string {
+	return [...]string{"transient", "throttled", "validation", "permanent"}[c]
+}
+
+// classify decides whether err is worth retrying. Anything that is not a
+// clear client-side API error (network failures, 5xx, unknown errors) is
+// transient: an outage should pause the stage, not lose data.
+func classify(err error) errClass {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+			"LimitExceededException", "TooManyRequestsException":
+			return classThrottled
+		case "InternalServerError", "InternalFailure", "ServiceUnavailable", "ServiceUnavailableException",
+			"TransactionInProgressException", "ItemCollectionSizeLimitExceededException":
+			return classTransient
+		case "ValidationException", "SerializationException":
+			return classValidation
+		}
+		if (retry.ThrottleErrorCode{Codes: retry.DefaultThrottleErrorCodes}).IsErrorThrottle(err).Bool() {
+			return classThrottled
+		}
+		var resp *smithyhttp.ResponseError
+		if errors.As(err, &resp) && resp.HTTPStatusCode() >= 500 {
+			return classTransient
+		}
+		if api.ErrorFault() == smithy.FaultServer {
+			return classTransient
+		}
+		return classPermanent
+	}
+	return classTransient
+}
+
+// backoff returns the pause before retry attempt n (0-based): full jitter
+// over an exponentially growing cap.
+func backoff(n int, base, max time.Duration) time.Duration {
+	d := base
+	for i := 0; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
