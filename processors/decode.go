@@ -239,7 +239,7 @@ func (d *Decoder) eventTime(value []byte, sp span) (int64, error) {
 		d.tsBuf = unescape(d.tsBuf[:0], raw)
 		return candle.ParseEventTime(d.tsBuf, true)
 	}
-	return 0, errors.New("must be epoch milliseconds or an RFC 3339 string")
+	return 0, candle.ErrTime
 }
 
 // positive parses a price or qty: a JSON number or numeric string, > 0,

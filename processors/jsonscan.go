@@ -327,4 +327,3 @@ func hexVal(h []byte) uint32 {
 	}
 	return v
 }
-

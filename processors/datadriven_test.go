@@ -1,0 +1,264 @@
+package processors
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+)
+
+// TestDataDriven runs the fixtures in testdata/, one file per rule of
+// DESIGN.md → "Candle semantics". Update expectations with -rewrite, then
+// review the diff by hand.
+//
+// Directives:
+//
+//	config timeframe=1m lateness=0s [gap_fill] [dedupe] [live] [max_future=5s]
+//	       [idle_timeout=30s] [max_idle=3m] [zone=Asia/Seoul] [symbols=(A,B)]
+//	       [max_bytes=N] [now=HH:MM:SS] [no_qty] [no_id] [key=s time=t price=p qty=q id=i]
+//	rollup from=1m to=5m [zone=…]
+//	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record
+//	candles             rollup input, one candle per line in the output format
+//	tick now=…          moves the clock and calls Tick
+//	watermark | active | state
+//	restart             moves the state through Changes → a fresh processor → Restore
+func TestDataDriven(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := &ddHarness{clock: &testClock{t: baseDay}, st: store{}}
+		datadriven.RunTest(t, path, h.run)
+	})
+}
+
+type ddHarness struct {
+	clock  *testClock
+	build  func() (processor, error)
+	p      processor
+	st     store
+	offset int64
+	from   candle.Timeframe // rollup input timeframe
+}
+
+func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
+	args := map[string]string{}
+	for _, a := range d.CmdArgs {
+		args[a.Key] = strings.Join(a.Vals, ",")
+	}
+	if now, ok := args["now"]; ok {
+		tm, err := parseTime(now)
+		if err != nil {
+			d.Fatalf(t, "now=%s: %v", now, err)
+		}
+		h.clock.t = tm
+	}
+	var b strings.Builder
+	out := &Output{}
+	switch d.Cmd {
+	case "config":
+		h.build = func() (processor, error) { return h.aggregator(t, d, args) }
+		if err := h.reset(t, d); err != nil {
+			return "error: " + err.Error()
+		}
+		return "ok"
+	case "rollup":
+		loc := zone(t, d, args)
+		from, err1 := candle.ParseTimeframe(args["from"], loc)
+		to, err2 := candle.ParseTimeframe(args["to"], loc)
+		if err1 != nil || err2 != nil {
+			d.Fatalf(t, "%v %v", err1, err2)
+		}
+		h.from = from
+		h.build = func() (processor, error) { return NewRollup(RollupConfig{From: from, To: to}) }
+		if err := h.reset(t, d); err != nil {
+			return "error: " + err.Error()
+		}
+		return "ok"
+	case "trades", "candles":
+		for _, line := range strings.Split(d.Input, "\n") {
+			if line == "" {
+				continue
+			}
+			for strings.HasPrefix(line, "o=") {
+				tok, rest, _ := strings.Cut(line, " ")
+				n, err := strconv.ParseInt(tok[2:], 10, 64)
+				if err != nil {
+					d.Fatalf(t, "bad offset %q", tok)
+				}
+				h.offset, line = n, rest
+			}
+			val := []byte(line)
+			switch {
+			case line == "<empty>":
+				val = []byte{}
+			case d.Cmd == "candles" && !strings.HasPrefix(line, "raw "):
+				val = h.candleJSON(t, d, line)
+			case d.Cmd == "candles":
+				val = []byte(strings.TrimPrefix(line, "raw "))
+			}
+			out.Reset()
+			h.p.Process(Record{Offset: h.offset, Value: val}, out)
+			h.offset++
+			fmtOutput(&b, out)
+		}
+	case "tick":
+		h.p.Tick(out)
+		fmtOutput(&b, out)
+	case "watermark":
+		a, ok := h.p.(*Aggregator)
+		if !ok {
+			d.Fatalf(t, "watermark needs an aggregator")
+		}
+		if w, ok := a.Watermark(); ok {
+			fmt.Fprintf(&b, "W=%s\n", time.UnixMilli(w).UTC().Format("2006-01-02T15:04:05.000"))
+		} else {
+			b.WriteString("no watermark yet\n")
+		}
+	case "active":
+		h.p.Active(func(c *candle.Candle) { fmt.Fprintf(&b, "active %s\n", fmtCandle(c)) })
+	case "state":
+		keys := make([]string, 0, len(h.st))
+		for k := range h.st {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "entry %q\n", k)
+		}
+		if len(keys) == 0 {
+			b.WriteString("no state\n")
+		}
+	case "restart":
+		p, err := h.build()
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		h.st.restoreInto(t, p, nil)
+		h.p = p
+		fmt.Fprintf(&b, "restored %d entries\n", len(h.st))
+	default:
+		d.Fatalf(t, "unknown directive %q", d.Cmd)
+	}
+	h.st.apply(h.p)
+	if b.Len() == 0 {
+		return "(nothing)"
+	}
+	return b.String()
+}
+
+func (h *ddHarness) reset(t *testing.T, d *datadriven.TestData) error {
+	p, err := h.build()
+	if err != nil {
+		return err
+	}
+	h.p, h.st, h.offset = p, store{}, 0
+	return nil
+}
+
+func zone(t *testing.T, d *datadriven.TestData, args map[string]string) *time.Location {
+	z, ok := args["zone"]
+	if !ok {
+		return nil
+	}
+	loc, err := time.LoadLocation(z)
+	if err != nil {
+		d.Fatalf(t, "zone %q: %v", z, err)
+	}
+	return loc
+}
+
+func (h *ddHarness) aggregator(t *testing.T, d *datadriven.TestData, args map[string]string) (processor, error) {
+	tf, err := candle.ParseTimeframe(args["timeframe"], zone(t, d, args))
+	if err != nil {
+		d.Fatalf(t, "%v", err)
+	}
+	dur := func(name string) time.Duration {
+		s, ok := args[name]
+		if !ok {
+			return 0
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			d.Fatalf(t, "%s=%s: %v", name, s, err)
+		}
+		return v
+	}
+	flag := func(name string) bool { _, ok := args[name]; return ok }
+	field := func(name, def string) string {
+		if v, ok := args[name]; ok {
+			return v
+		}
+		return def
+	}
+	f := Fields{Key: field("key", "s"), Time: field("time", "t"), Price: field("price", "p"),
+		Qty: field("qty", "q"), ID: field("id", "i")}
+	if flag("no_qty") {
+		f.Qty = ""
+	}
+	if flag("no_id") {
+		f.ID = ""
+	}
+	dc := DecoderConfig{Fields: f}
+	if s, ok := args["symbols"]; ok {
+		dc.Symbols = strings.Split(s, ",")
+	}
+	if s, ok := args["max_bytes"]; ok {
+		if dc.MaxRecordBytes, err = strconv.Atoi(s); err != nil {
+			d.Fatalf(t, "max_bytes: %v", err)
+		}
+	}
+	dec, err := NewDecoder(dc)
+	if err != nil {
+		return nil, err
+	}
+	return NewAggregator(CandleConfig{Timeframe: tf, Lateness: dur("lateness"), IdleTimeout: dur("idle_timeout"),
+		MaxFuture: dur("max_future"), MaxIdle: dur("max_idle"), Dedupe: flag("dedupe"), GapFill: flag("gap_fill"),
+		Live: flag("live"), Decoder: dec}, h.clock)
+}
+
+// candleJSON turns a line in the output format into a sub-candle record.
+func (h *ddHarness) candleJSON(t *testing.T, d *datadriven.TestData, line string) []byte {
+	f := strings.Fields(line)
+	if len(f) < 3 {
+		d.Fatalf(t, "candle line %q: want SYMBOL TF TIME o=… h=… l=… c=… v=… q=… n=… [gap]", line)
+	}
+	open, err := parseTime(f[2])
+	if err != nil {
+		d.Fatalf(t, "candle line %q: %v", line, err)
+	}
+	c := candle.Candle{Symbol: f[0], Timeframe: f[1], OpenTime: open.UnixMilli()}
+	c.CloseTime = h.from.End(c.OpenTime)
+	for _, kv := range f[3:] {
+		k, v, _ := strings.Cut(kv, "=")
+		dec := func() decimal.Decimal {
+			x, err := decimal.Parse([]byte(v))
+			if err != nil {
+				d.Fatalf(t, "candle line %q: %s: %v", line, kv, err)
+			}
+			return x
+		}
+		switch k {
+		case "o":
+			c.Open = dec()
+		case "h":
+			c.High = dec()
+		case "l":
+			c.Low = dec()
+		case "c":
+			c.Close = dec()
+		case "v":
+			c.Volume = dec()
+		case "q":
+			c.QuoteVolume = dec()
+		case "n":
+			c.Trades, _ = strconv.ParseInt(v, 10, 64)
+		case "gap":
+			c.Gap = true
+		}
+	}
+	return c.AppendJSON(nil)
+}
