@@ -247,4 +247,3 @@ func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
-

@@ -22,7 +22,7 @@ func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) 
 		}
 		s.m.errors.Inc()
 		if ctx.Err() != nil {
-			return fmt.Errorf("%s: gave up after %d attempt(s), stage stopping: %w", what, attempt, err)
+			return stopped(ctx, what, attempt, err)
 		}
 		if permanent(err) {
 			return err
@@ -34,9 +34,15 @@ func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s: gave up after %d attempt(s), stage stopping: %w", what, attempt, err)
+			return stopped(ctx, what, attempt, err)
 		case <-t.C:
 		}
 		d = min(2*d, s.cfg.MaxBackoff)
 	}
+}
+
+// stopped wraps both the context's error (so errors.Is(err,
+// context.Canceled) holds) and the last failure (the cause to report).
+func stopped(ctx context.Context, what string, attempts int, last error) error {
+	return fmt.Errorf("%s: stopped after %d attempt(s): %w; last error: %w", what, attempts, context.Cause(ctx), last)
 }

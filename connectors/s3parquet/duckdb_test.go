@@ -1,0 +1,161 @@
+package s3parquet
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/testkit"
+)
+
+// TestDuckDB reads a lake object with an independent Parquet reader
+// (DuckDB, offline) and checks every value, the logical types and that
+// every column chunk is ZSTD-compressed.
+func TestDuckDB(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := New(ctx, Config{URL: "file://" + dir}, WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []candle.Candle
+	for _, c := range gen("BTC/USDT") {
+		if c.Timeframe == "1m" && dayOf(c.OpenTime) == dayOf(gen("BTC/USDT")[0].OpenTime)+1 {
+			want = append(want, c)
+		}
+	}
+	// One row at the edge of DECIMAL(38,18) and one with a negative value.
+	want[7].QuoteVolume = decimal.MustParse("99999999999999999999.999999999999999999")
+	want[8].Low = decimal.MustParse("-0.000000000000000001")
+	if err := s.Write(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Copy the object out of its Hive folders so DuckDB's hive-partition
+	// detection does not replace the symbol column with the escaped folder name.
+	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(PartitionPath("1m", "BTC/USDT", want[0].OpenTime))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "day.parquet")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	rows := testkit.DuckDB(t, file, `SELECT symbol, timeframe, epoch_ms(open_time)::VARCHAR AS o, epoch_ms(close_time)::VARCHAR AS c,
+		open::VARCHAR AS op, high::VARCHAR AS hi, low::VARCHAR AS lo, close::VARCHAR AS cl,
+		volume::VARCHAR AS v, quote_volume::VARCHAR AS q, trades::VARCHAR AS n, gap FROM t`)
+	if len(rows) != len(want) {
+		t.Fatalf("duckdb read %d rows, want %d", len(rows), len(want))
+	}
+	for i, line := range rows {
+		var r struct {
+			Symbol, Timeframe, O, C, Op, Hi, Lo, Cl, V, Q, N string
+			Gap                                              bool
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("row %d %s: %v", i, line, err)
+		}
+		w := want[i]
+		dec := func(s string) decimal.Decimal {
+			d, err := decimal.Parse([]byte(s))
+			if err != nil {
+				t.Fatalf("row %d: decimal %q: %v", i, s, err)
+			}
+			return d
+		}
+		num := func(s string) int64 {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				t.Fatalf("row %d: int %q: %v", i, s, err)
+			}
+			return n
+		}
+		got := candle.Candle{Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: num(r.O), CloseTime: num(r.C),
+			Open: dec(r.Op), High: dec(r.Hi), Low: dec(r.Lo), Close: dec(r.Cl), Volume: dec(r.V), QuoteVolume: dec(r.Q),
+			Trades: num(r.N), Gap: r.Gap}
+		if got != w {
+			t.Fatalf("row %d: duckdb says\n %+v\nwant\n %+v\n(%s)", i, got, w, line)
+		}
+	}
+
+	types := testkit.DuckDB(t, file, `SELECT typeof(symbol) AS symbol, typeof(timeframe) AS timeframe,
+		typeof(open_time) AS open_time, typeof(close_time) AS close_time, typeof(open) AS open, typeof(high) AS high,
+		typeof(low) AS low, typeof(close) AS close, typeof(volume) AS volume, typeof(quote_volume) AS quote_volume,
+		typeof(trades) AS trades, typeof(gap) AS gap, (SELECT sum(volume)::VARCHAR FROM t) AS sum FROM t LIMIT 1`)
+	wantTypes := map[string]string{"symbol": "VARCHAR", "timeframe": "VARCHAR",
+		"open_time": "TIMESTAMP WITH TIME ZONE", "close_time": "TIMESTAMP WITH TIME ZONE",
+		"open": "DECIMAL(38,18)", "high": "DECIMAL(38,18)", "low": "DECIMAL(38,18)", "close": "DECIMAL(38,18)",
+		"volume": "DECIMAL(38,18)", "quote_volume": "DECIMAL(38,18)", "trades": "BIGINT", "gap": "BOOLEAN"}
+	var gotTypes map[string]string
+	if len(types) != 1 || json.Unmarshal([]byte(types[0]), &gotTypes) != nil {
+		t.Fatalf("typeof: %q", types)
+	}
+	// Exact sums in the reader too (DECIMAL arithmetic, no floats).
+	var sum decimal.Decimal
+	for _, c := range want {
+		sum, _ = sum.Add(c.Volume)
+	}
+	if d, err := decimal.Parse([]byte(gotTypes["sum"])); err != nil || d != sum {
+		t.Errorf("duckdb sum(volume) = %s, want %s", gotTypes["sum"], sum)
+	}
+	for col, w := range wantTypes {
+		if gotTypes[col] != w {
+			t.Errorf("column %s: duckdb type %q, want %q", col, gotTypes[col], w)
+		}
+	}
+
+	// The Parquet schema itself (physical and logical types), and every
+	// column chunk's codec.
+	schema := testkit.DuckDB(t, file, `SELECT s.name, s.type, s.type_length::VARCHAR AS len,
+		s.logical_type::VARCHAR AS logical, s.scale::VARCHAR AS scale, s.precision::VARCHAR AS precision,
+		string_agg(DISTINCT m.compression) AS codecs
+		FROM parquet_schema('`+file+`') s LEFT JOIN parquet_metadata('`+file+`') m ON m.path_in_schema = s.name
+		WHERE s.num_children IS NULL OR s.num_children = 0
+		GROUP BY ALL ORDER BY s.name`)
+	got := map[string]map[string]string{}
+	for _, l := range schema {
+		var m map[string]string
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("parquet_schema row %s: %v", l, err)
+		}
+		got[m["name"]] = m
+		if m["codecs"] != "ZSTD" {
+			t.Errorf("column %s compressed with %q, want ZSTD", m["name"], m["codecs"])
+		}
+	}
+	for _, col := range []string{"open", "high", "low", "close", "volume", "quote_volume"} {
+		m := got[col]
+		if m["type"] != "FIXED_LEN_BYTE_ARRAY" || m["len"] != "16" || m["scale"] != "18" || m["precision"] != "38" ||
+			!strings.Contains(m["logical"], "DecimalType") {
+			t.Errorf("parquet_schema %s = %v, want FIXED_LEN_BYTE_ARRAY(16) DECIMAL(38,18)", col, m)
+		}
+	}
+	for _, col := range []string{"open_time", "close_time"} {
+		m := got[col]
+		if m["type"] != "INT64" || !contains(m["logical"], "TimestampType", "isAdjustedToUTC=1", "MILLIS") {
+			t.Errorf("parquet_schema %s = %v, want INT64 TIMESTAMP(MILLIS, UTC)", col, m)
+		}
+	}
+	if len(got) != 12 {
+		t.Errorf("parquet_schema has %d leaf columns, want 12: %v", len(got), schema)
+	}
+	t.Logf("schema: %s", strings.Join(schema, "\n"))
+}
+
+func contains(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
