@@ -124,8 +124,13 @@ type activeWriter struct {
 	msg    []byte
 }
 
-// flush sends every pending candle in one pipeline. On failure the batch is
-// counted as dropped and put back unless a newer candle replaced it.
+// maxPipeline is the most candles in one active pipeline; a flush of more
+// keys is sent as several.
+const maxPipeline = 2048
+
+// flush sends every pending candle, maxPipeline per round trip. On failure
+// the unsent candles go back to pending unless Active replaced them (those
+// are counted as dropped).
 func (a *activeWriter) flush(ctx context.Context) error {
 	s := a.s
 	s.amu.Lock()
@@ -135,10 +140,23 @@ func (a *activeWriter) flush(ctx context.Context) error {
 		delete(s.pending, k)
 	}
 	s.amu.Unlock()
-	if len(a.batch) == 0 {
-		return nil
+	for i := 0; i < len(a.batch); i += maxPipeline {
+		chunk := a.batch[i:min(i+maxPipeline, len(a.batch))]
+		if err := a.send(ctx, chunk); err != nil {
+			a.requeue(a.batch[i:])
+			return fmt.Errorf("valkey: send %d active candles: %w", len(a.batch)-i, err)
+		}
 	}
+	if len(a.batch) > 0 {
+		s.down.Store(false)
+	}
+	return nil
+}
 
+// send writes cs in one pipeline: HSET+PEXPIRE (unless the hash holds a newer
+// window), PUBLISH each, one SADD of the symbols.
+func (a *activeWriter) send(ctx context.Context, cs []candle.Candle) error {
+	s := a.s
 	b := s.client.B()
 	a.cmds = a.cmds[:0]
 	a.syms = a.syms[:0]
@@ -147,10 +165,9 @@ func (a *activeWriter) flush(ctx context.Context) error {
 	}
 	clear(a.seen)
 	stale := 0
-	for i := range a.batch {
-		c := &a.batch[i]
-		k := keyOf(c)
-		if last, ok := a.newest[k]; !ok || c.OpenTime >= last {
+	for i := range cs {
+		c := &cs[i]
+		if last, ok := a.newest[keyOf(c)]; !ok || c.OpenTime >= last {
 			hk := s.names.hash(c.Timeframe, c.Symbol)
 			a.cmds = append(a.cmds, hset(b, hk, c), b.Pexpire().Key(hk).Milliseconds(ttl(s.ttlMs, c)).Build())
 		} else {
@@ -173,30 +190,33 @@ func (a *activeWriter) flush(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err == nil {
-		for i := range a.batch {
-			c := &a.batch[i]
-			if k := keyOf(c); c.OpenTime >= a.newest[k] {
-				a.newest[k] = c.OpenTime
-			}
-		}
-		s.down.Store(false)
-		s.m.written.WithLabelValues(kindActive).Add(float64(len(a.batch)))
-		s.m.stale.Add(float64(stale))
-		return nil
+	if err != nil {
+		s.m.errors.WithLabelValues(kindActive).Inc()
+		return err
 	}
-	// Not stored. Keep the newest candle per key for the next attempt
-	// (bounded: one per key); one that Active already replaced is dropped.
-	s.m.errors.WithLabelValues(kindActive).Inc()
+	for i := range cs {
+		c := &cs[i]
+		if k := keyOf(c); c.OpenTime >= a.newest[k] {
+			a.newest[k] = c.OpenTime
+		}
+	}
+	s.m.written.WithLabelValues(kindActive).Add(float64(len(cs)))
+	s.m.stale.Add(float64(stale))
+	return nil
+}
+
+// requeue puts unsent candles back (at most one per key) unless a newer one
+// is pending; the replaced ones never reach Valkey and count as dropped.
+func (a *activeWriter) requeue(cs []candle.Candle) {
+	s := a.s
 	s.down.Store(true)
 	s.amu.Lock()
-	for _, c := range a.batch {
+	defer s.amu.Unlock()
+	for _, c := range cs {
 		if _, ok := s.pending[keyOf(&c)]; !ok && !s.closed {
 			s.pending[keyOf(&c)] = c
 		} else {
 			s.m.dropped.Inc()
 		}
 	}
-	s.amu.Unlock()
-	return fmt.Errorf("valkey: send %d active candles: %w", len(a.batch), err)
 }

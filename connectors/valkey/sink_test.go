@@ -166,6 +166,22 @@ func TestCoalescing(t *testing.T) {
 	default:
 	}
 
+	// A flush of many keys is split into pipelines of maxPipeline candles.
+	before := s.RoundTrips()
+	for i := 0; i < 2*maxPipeline+10; i++ {
+		s.Active(mk("K"+itoa(i), 1, "1", "1", "1", "1", "1", "1", 1))
+	}
+	if err := s.FlushActive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.RoundTrips() - before; got != 3 {
+		t.Fatalf("%d keys took %d round trips, want 3", 2*maxPipeline+10, got)
+	}
+	n, err := r.Do(context.Background(), r.B().Scard().Key("active:symbols").Build()).AsInt64()
+	if err != nil || n != 2*maxPipeline+10+10 {
+		t.Fatalf("SCARD active:symbols = %d, %v", n, err)
+	}
+
 	// The ticker flushes on its own.
 	fast := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = 20 * time.Millisecond })
 	c := mk("S7", 2, "5", "5", "5", "5", "1", "5", 1)
@@ -192,6 +208,18 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantHash(t, hgetall(t, r, "candle:active:1m:ADA"), c)
+
+	// An ACL user and a database other than 0.
+	acl := startRedis(t, "--user", "alice", "on", ">secret", "~*", "&*", "+@all")
+	s2 := newSink(t, acl.Addr, func(c *Config) { c.Username, c.Password, c.DB = "alice", "secret", 3 })
+	if err := s2.Write(context.Background(), []candle1{c}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r2 := reader(t, acl.Addr, func(o *valkey.ClientOption) { o.Username, o.Password, o.SelectDB = "alice", "secret", 3 })
+	wantHash(t, hgetall(t, r2, "candle:active:1m:ADA"), c)
 }
 
 func TestRejected(t *testing.T) {
