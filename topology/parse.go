@@ -1,7 +1,10 @@
 package topology
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strconv"
@@ -28,11 +31,18 @@ func Load(path string, reg Registry) (*Topology, error) {
 // the topology is invalid the error is a Problems listing every problem.
 func Parse(file string, data []byte, reg Registry) (*Topology, error) {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, Problems{syntaxProblem(file, err)}
 	}
-	root := doc.Content
-	if len(root) == 0 {
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, Problems{{File: file, Line: max(extra.Line, 1), Col: 1,
+			Msg: "a topology file holds one YAML document: remove the second --- (use one file per topology)"}}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, Problems{syntaxProblem(file, err)}
+	}
+	if len(doc.Content) == 0 {
 		return nil, Problems{{File: file, Line: 1, Col: 1, Msg: "the file is empty: start with name:, sources: and processors: (see docs/reference.md)"}}
 	}
 	t := &Topology{File: file, root: &doc}

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"encoding"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -102,6 +103,15 @@ func (d *Decoder) value(node *yaml.Node, path string, v reflect.Value, enum []st
 	if implementsUnmarshaler(t) {
 		if err := node.Decode(v.Addr().Interface()); err != nil {
 			d.Report(node, "%s%v", prefix(path), cleanYAMLError(err))
+		}
+		return
+	}
+	if implementsText(t) {
+		if d.scalar(node, path, "a string") {
+			u := v.Addr().Interface().(encoding.TextUnmarshaler)
+			if err := u.UnmarshalText([]byte(node.Value)); err != nil {
+				d.Report(node, "%s%v", prefix(path), err)
+			}
 		}
 		return
 	}
@@ -224,6 +234,7 @@ func (d *Decoder) mapping(node *yaml.Node, path string, v reflect.Value) {
 		d.Report(node, "%sexpected a mapping of names, got %s", prefix(path), kindName(node))
 		return
 	}
+	node = merged(node)
 	if v.IsNil() {
 		v.Set(reflect.MakeMapWithSize(t, len(node.Content)/2))
 	}
@@ -280,6 +291,7 @@ func (d *Decoder) structs(node *yaml.Node, path string, vals []reflect.Value) {
 		d.Report(node, "%sexpected a mapping with keys %s, got %s", prefix(path), strings.Join(names, ", "), kindName(node))
 		return
 	}
+	node = merged(node)
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(node.Content); i += 2 {
 		k, val := resolve(node.Content[i]), node.Content[i+1]
@@ -313,7 +325,7 @@ func (d *Decoder) structs(node *yaml.Node, path string, vals []reflect.Value) {
 			d.Report(node, "%smissing required key %q%s", prefix(path), tg.f.key, hint(tg.f.doc))
 		case tg.f.hasDef:
 			d.applyDefault(node, p, fv, tg.f)
-		case fv.Kind() == reflect.Struct && !implementsUnmarshaler(fv.Type()) && fv.Type() != durationType:
+		case fv.Kind() == reflect.Struct && !custom(fv.Type()):
 			if _, hooked := d.hooks[fv.Type()]; !hooked {
 				d.structs(emptyMapping(node), p, []reflect.Value{fv}) // nested defaults
 			}
@@ -323,13 +335,16 @@ func (d *Decoder) structs(node *yaml.Node, path string, vals []reflect.Value) {
 
 // applyDefault decodes a default tag exactly like YAML input.
 func (d *Decoder) applyDefault(at *yaml.Node, path string, v reflect.Value, f field) {
+	if strings.TrimSpace(f.def) == "" {
+		return // default:"" means the zero value
+	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(f.def), &doc); err != nil {
 		d.Report(at, "%sspec: default %q is not valid YAML: %v", prefix(path), f.def, err)
 		return
 	}
 	n := resolve(&doc)
-	if n == nil { // default:"" means the zero value
+	if n == nil || n.Kind == 0 {
 		return
 	}
 	before := len(d.problems)

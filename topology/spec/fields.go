@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"encoding"
 	"reflect"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 var (
 	durationType    = reflect.TypeFor[time.Duration]()
 	unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+	textType        = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
 
 // field is one key of a struct, read from its tags.
@@ -51,7 +53,16 @@ func fieldsOf(t reflect.Type) []field {
 	return out
 }
 
-// implementsUnmarshaler reports whether *t decodes itself.
+// implementsUnmarshaler reports whether *t decodes itself from YAML.
 func implementsUnmarshaler(t reflect.Type) bool {
 	return reflect.PointerTo(t).Implements(unmarshalerType)
 }
+
+// implementsText reports whether *t decodes itself from a string.
+func implementsText(t reflect.Type) bool {
+	return reflect.PointerTo(t).Implements(textType)
+}
+
+// custom reports whether t decodes itself (yaml.Unmarshaler or
+// encoding.TextUnmarshaler), so the decoder must not look inside it.
+func custom(t reflect.Type) bool { return implementsUnmarshaler(t) || implementsText(t) }

@@ -57,7 +57,7 @@ func Markdown(title string, v any) string {
 // of type t at path, and the path to show for it.
 func nested(t reflect.Type, path string) (reflect.Type, string) {
 	switch {
-	case t == durationType || implementsUnmarshaler(t):
+	case t == durationType || custom(t):
 		return nil, ""
 	case t.Kind() == reflect.Struct:
 		return t, path
@@ -94,6 +94,8 @@ func typeName(t reflect.Type) string {
 	switch {
 	case t == durationType:
 		return "duration"
+	case custom(t) && t.Name() != "":
+		return strings.ToLower(t.Name())
 	case t.Kind() == reflect.Pointer:
 		return typeName(t.Elem())
 	case t.Kind() == reflect.Struct:

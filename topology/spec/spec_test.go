@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,7 @@ type config struct {
 	Ptr     *inner           `yaml:"ptr" doc:"Optional inner."`
 	Items   map[string]*item `yaml:"items" doc:"Items."`
 	Code    upper            `yaml:"code" doc:"Upper-case code."`
+	Empty   string           `yaml:"empty" default:"" doc:"Empty default."`
 	Skipped string           `yaml:"-"`
 }
 
@@ -211,4 +213,41 @@ func TestMarkdown(t *testing.T) {
 	if strings.Contains(md, "Skipped") || strings.Contains(md, "skipped") {
 		t.Errorf("yaml:\"-\" field documented")
 	}
+}
+
+func TestMergeKeysAndTextUnmarshaler(t *testing.T) {
+	type withText struct {
+		Level slogLevel        `yaml:"level" default:"info"`
+		Items map[string]*item `yaml:"items"`
+	}
+	var v withText
+	ps := decode(t, "items:\n  x: &b {kind: b, on: false}\n  y: {<<: *b, kind: a}\nlevel: warn\n", &v)
+	if len(ps) != 0 {
+		t.Fatal(ps)
+	}
+	if x, y := v.Items["x"], v.Items["y"]; x.Kind != "b" || x.On || y.Kind != "a" || y.On {
+		t.Fatalf("merge: x %+v y %+v", x, y)
+	}
+	if v.Level != "WARN" {
+		t.Fatalf("TextUnmarshaler not used: %q", v.Level)
+	}
+	ps = decode(t, "level: loud\n", &v)
+	if ps.Error() != `f.yaml:1:8: level: unknown level "loud"` {
+		t.Fatalf("got %v", ps)
+	}
+	var d withText
+	if ps := decode(t, "{}", &d); len(ps) != 0 || d.Level != "INFO" {
+		t.Fatalf("default through TextUnmarshaler: %q %v", d.Level, ps)
+	}
+}
+
+type slogLevel string
+
+func (l *slogLevel) UnmarshalText(b []byte) error {
+	switch s := strings.ToUpper(string(b)); s {
+	case "INFO", "WARN":
+		*l = slogLevel(s)
+		return nil
+	}
+	return fmt.Errorf("unknown level %q", b)
 }
