@@ -230,3 +230,31 @@ func TestReference(t *testing.T) {
 		t.Errorf("sink kinds not rendered after the topology part:\n%s", full[len(md):])
 	}
 }
+
+// TestStagesBuiltInCode covers topologies the engine's tests build without
+// Parse: stages still come in dependency order, zones and timeframes resolve.
+func TestStagesBuiltInCode(t *testing.T) {
+	top := &Topology{
+		Name:    "code",
+		Sources: map[string]*Source{"s": {Kind: "kafka", Topic: "s"}},
+		Processors: map[string]*Processor{
+			"a-day":  {Kind: "rollup", From: "b-hour", Timeframe: "1d", Zone: "Asia/Seoul"},
+			"b-hour": {Kind: "rollup", From: "c-min", Timeframe: "1h"},
+			"c-min":  {Kind: "candles", From: "s", Timeframe: "1m"},
+		},
+	}
+	var names []string
+	for _, st := range top.Stages() {
+		names = append(names, st.Name)
+	}
+	if got := strings.Join(names, " "); got != "c-min b-hour a-day" {
+		t.Fatalf("stages: %s", got)
+	}
+	day := top.Processors["a-day"]
+	if tf := top.TimeframeOf(day); tf.String() != "1d" || tf.Loc == nil || tf.Loc.String() != "Asia/Seoul" {
+		t.Fatalf("timeframe: %+v", tf)
+	}
+	if name, s := top.SourceOf(day); name != "s" || s != top.Sources["s"] {
+		t.Fatalf("SourceOf: %s %v", name, s)
+	}
+}

@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -91,7 +92,10 @@ func (c *checker) brokers() {
 		}
 		host, port, err := net.SplitHostPort(addr)
 		p, perr := strconv.Atoi(port)
-		if err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+		switch {
+		case strings.Contains(addr, ","):
+			c.report(item(i), "brokers: %q holds several addresses; write them as a list: [%s]", addr, strings.ReplaceAll(addr, ",", ", "))
+		case err != nil || host == "" || perr != nil || p < 1 || p > 65535:
 			c.report(item(i), "brokers: %q is not host:port (e.g. localhost:9092), nor \"embedded\"", addr)
 		}
 	}
@@ -145,6 +149,9 @@ func (c *checker) processors() {
 		}
 		path := "processors." + name
 		loc, err := time.LoadLocation(p.Zone)
+		if p.Zone == "Local" {
+			err = errors.New("Local depends on the machine")
+		}
 		if err != nil {
 			c.report(c.at("processors", name, "zone"), "%s.zone: unknown zone %q (use an IANA name such as UTC, Europe/Berlin or Asia/Seoul)", path, p.Zone)
 			loc = time.UTC

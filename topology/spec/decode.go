@@ -191,7 +191,11 @@ func (d *Decoder) duration(node *yaml.Node, path string, v reflect.Value) {
 	}
 	dur, err := time.ParseDuration(node.Value)
 	if err != nil {
-		d.Report(node, "%s%q is not a duration (use e.g. 2s, 500ms, 1m)", prefix(path), node.Value)
+		hint := "use e.g. 2s, 500ms, 1m"
+		if strings.HasSuffix(node.Value, "d") {
+			hint = "days are written in hours: 24h, 168h"
+		}
+		d.Report(node, "%s%q is not a duration (%s)", prefix(path), node.Value, hint)
 		return
 	}
 	if dur < 0 {
