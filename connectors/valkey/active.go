@@ -11,7 +11,7 @@ import (
 
 // Active records the newest state of an open candle. It never blocks and
 // never fails: the candle replaces any pending one for the same (timeframe,
-// symbol) and is sent with the next coalesced flush (immediately when
+// symbol, open_time) and is sent with the next coalesced flush (immediately when
 // Config.Coalesce is 0). Invalid candles and calls after Close are dropped
 // and counted.
 func (s *Sink) Active(c candle.Candle) {
@@ -19,7 +19,7 @@ func (s *Sink) Active(c candle.Candle) {
 		s.m.dropped.Inc()
 		return
 	}
-	k := keyOf(&c)
+	k := windowOf(&c)
 	s.amu.Lock()
 	if s.closed {
 		s.amu.Unlock()
@@ -67,6 +67,12 @@ func (s *Sink) FlushActive(ctx context.Context) error {
 // the batch buffers; it exits when stop is closed.
 func (s *Sink) loop() {
 	defer close(s.done)
+	defer func() { // Close during an outage: what is left never reaches Valkey
+		s.amu.Lock()
+		s.m.dropped.Add(float64(len(s.pending)))
+		clear(s.pending)
+		s.amu.Unlock()
+	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { // ends in-flight round trips when the sink closes
@@ -117,6 +123,7 @@ func (s *Sink) loop() {
 type activeWriter struct {
 	s      *Sink
 	newest map[key]int64 // newest open_time stored in each hash by this sink
+	top    map[key]int64 // newest open_time per key in the chunk being sent
 	batch  []candle.Candle
 	cmds   valkey.Commands
 	syms   []string
@@ -164,10 +171,27 @@ func (a *activeWriter) send(ctx context.Context, cs []candle.Candle) error {
 		a.seen = make(map[string]struct{})
 	}
 	clear(a.seen)
+	// The hash gets the newest window only: newer than what this sink
+	// stored before and than the other windows of the key in this chunk.
+	if a.top == nil {
+		a.top = make(map[key]int64)
+	}
+	clear(a.top)
+	for i := range cs {
+		k := keyOf(&cs[i])
+		top, ok := a.top[k]
+		if !ok {
+			top, ok = a.newest[k]
+		}
+		if !ok || cs[i].OpenTime > top {
+			top = cs[i].OpenTime
+		}
+		a.top[k] = top
+	}
 	stale := 0
 	for i := range cs {
 		c := &cs[i]
-		if last, ok := a.newest[keyOf(c)]; !ok || c.OpenTime >= last {
+		if c.OpenTime == a.top[keyOf(c)] {
 			hk := s.names.hash(c.Timeframe, c.Symbol)
 			a.cmds = append(a.cmds, hset(b, hk, c), b.Pexpire().Key(hk).Milliseconds(ttl(s.ttlMs, c)).Build())
 		} else {
@@ -194,11 +218,8 @@ func (a *activeWriter) send(ctx context.Context, cs []candle.Candle) error {
 		s.m.errors.WithLabelValues(kindActive).Inc()
 		return err
 	}
-	for i := range cs {
-		c := &cs[i]
-		if k := keyOf(c); c.OpenTime >= a.newest[k] {
-			a.newest[k] = c.OpenTime
-		}
+	for k, top := range a.top {
+		a.newest[k] = top
 	}
 	s.m.written.WithLabelValues(kindActive).Add(float64(len(cs)))
 	s.m.stale.Add(float64(stale))
@@ -213,8 +234,8 @@ func (a *activeWriter) requeue(cs []candle.Candle) {
 	s.amu.Lock()
 	defer s.amu.Unlock()
 	for _, c := range cs {
-		if _, ok := s.pending[keyOf(&c)]; !ok && !s.closed {
-			s.pending[keyOf(&c)] = c
+		if _, ok := s.pending[windowOf(&c)]; !ok && !s.closed {
+			s.pending[windowOf(&c)] = c
 		} else {
 			s.m.dropped.Inc()
 		}

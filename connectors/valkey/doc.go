@@ -4,9 +4,10 @@
 //
 // The seeds did this with one Lua EVALSHA per trade. Here the candle
 // processor already holds the candle, so Valkey only needs the latest state:
-// Sink.Active keeps the newest candle per key in memory and one owned
-// goroutine sends all changed keys every coalesce interval in a single
-// pipeline (HSET + PEXPIRE + SADD + PUBLISH). A burst of thousands of trades
+// Sink.Active keeps the newest candle per window (timeframe, symbol,
+// open_time) in memory and one owned goroutine sends all changed windows
+// every coalesce interval in a single pipeline (HSET + PEXPIRE + SADD +
+// PUBLISH). A burst of thousands of trades
 // on one symbol costs one round trip, not thousands.
 //
 // Keys and channels (all prefixed by Config.KeyPrefix):
@@ -33,7 +34,7 @@
 // per batch of finals, and no script to load, version or debug.
 //
 // Outages: Active never blocks and never fails. While Valkey is down the
-// pending map still holds at most one candle per key; failed flushes are
-// retried with backoff, newest per key only, and updates that are replaced
+// pending map still holds at most one candle per open window; failed flushes are
+// retried with backoff, newest per window only, and updates that are replaced
 // before Valkey is back are counted as dropped.
 package valkey

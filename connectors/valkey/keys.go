@@ -19,6 +19,16 @@ type key struct{ tf, sym string }
 
 func keyOf(c *candle.Candle) key { return key{c.Timeframe, c.Symbol} }
 
+// window identifies one window of one live candle: the unit of coalescing.
+// A late trade may update an older window that is still open while a newer
+// one is pending; both updates are real and both are sent.
+type window struct {
+	key
+	open int64
+}
+
+func windowOf(c *candle.Candle) window { return window{keyOf(c), c.OpenTime} }
+
 // message is the published JSON: the candle's wire form plus "final".
 func message(buf []byte, c *candle.Candle, final bool) []byte {
 	buf = c.AppendJSON(buf[:0])

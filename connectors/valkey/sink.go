@@ -29,7 +29,7 @@ type Sink struct {
 
 	// active path: pending is filled by Active and drained by loop.
 	amu     sync.Mutex
-	pending map[key]candle.Candle
+	pending map[window]candle.Candle
 	closed  bool
 	wake    chan struct{}
 	flushes chan chan error
@@ -74,7 +74,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		client:  client,
 		log:     o.logger.With("component", "valkey-sink"),
 		m:       m,
-		pending: make(map[key]candle.Candle),
+		pending: make(map[window]candle.Candle),
 		wake:    make(chan struct{}, 1),
 		flushes: make(chan chan error),
 		stop:    make(chan struct{}),

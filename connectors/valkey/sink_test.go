@@ -121,16 +121,35 @@ func TestRedeliveredOldFinalDoesNotClobberNewerActive(t *testing.T) {
 	}
 	wantHash(t, hgetall(t, r, "candle:active:1m:SOL"), newer)
 
+	// A newer window and a late update of an older one pending together:
+	// both are published, the hash keeps the newer.
+	w25 := mk("SOL", 25, "3", "3", "3", "3", "1", "3", 1)
+	w24 := mk("SOL", 24, "4", "4", "4", "4", "1", "4", 2)
+	s.Active(w25)
+	s.Active(w24)
+	if err := s.FlushActive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int64]pubMsg{}
+	for range 2 {
+		m := recv(t, sub)
+		got[m.OpenTime] = m
+	}
+	if got[w25.OpenTime].Candle != w25 || got[w24.OpenTime].Candle != w24 {
+		t.Fatalf("published %+v, want both windows", got)
+	}
+	wantHash(t, hgetall(t, r, "candle:active:1m:SOL"), w25)
+
 	// A final in the same batch as a newer one: the newest wins regardless of order.
-	c23 := mk("SOL", 23, "1", "1", "1", "1", "1", "1", 1)
-	c22 := mk("SOL", 22, "2", "2", "2", "2", "2", "4", 1)
-	if err := s.Write(ctx, []candle1{c23, c22}); err != nil {
+	c27 := mk("SOL", 27, "1", "1", "1", "1", "1", "1", 1)
+	c26 := mk("SOL", 26, "2", "2", "2", "2", "2", "4", 1)
+	if err := s.Write(ctx, []candle1{c27, c26}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantHash(t, hgetall(t, r, "candle:active:1m:SOL"), c23)
+	wantHash(t, hgetall(t, r, "candle:active:1m:SOL"), c27)
 }
 
 func TestCoalescing(t *testing.T) {
