@@ -1,0 +1,74 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kandle/kandle"
+	"github.com/kandle/kandle/topology"
+)
+
+// defaultTopology is the embedded example `run` and `demo` use without -t.
+const defaultTopology = "testdata/topologies/crypto.yaml"
+
+// topologyFlag registers -t.
+func topologyFlag(fs *flag.FlagSet) *string {
+	return fs.String("t", "", "topology YAML file (default: the embedded "+defaultTopology+")")
+}
+
+// loadTopology reads path, or the embedded default when path is "".
+func loadTopology(path string) (*topology.Topology, error) {
+	reg := sinkRegistry()
+	if path == "" {
+		data, err := fs.ReadFile(kandle.Topologies, defaultTopology)
+		if err != nil {
+			return nil, err
+		}
+		return topology.Parse("(embedded) "+defaultTopology, data, reg)
+	}
+	return topology.Load(path, reg)
+}
+
+// brokersFlag registers -brokers, shared by every command that talks to Kafka.
+func brokersFlag(fs *flag.FlagSet) *string {
+	return fs.String("brokers", "", "comma-separated Kafka seed brokers (host:port); default: the topology's brokers")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serveMetrics serves /metrics for reg on addr until the process exits.
+func serveMetrics(e *env, addr string, reg *prometheus.Registry) (*http.Server, error) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	srv := &http.Server{Addr: addr, Handler: mux}
+	ln, err := listen(addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics endpoint %s: %w (set metrics: \"\" in the topology or -metrics to another address)", addr, err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	e.log.Info("metrics endpoint", "url", "http://"+ln.Addr().String()+"/metrics")
+	return srv, nil
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

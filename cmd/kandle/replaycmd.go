@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kandle/kandle/engine"
+)
+
+func cmdReplay(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "replay", "-t topology.yaml [--from X] [--to Y] [--partitions 0,3] [--out topics|FILE|-]",
+		"Reads a bounded range of the topology's sources without joining any consumer group and runs it through\n"+
+			"the processors in process. The result depends only on the input: watermarks never advance by the wall\n"+
+			"clock, and the future guard compares with the time the replay started. A mid-stream --from reads a\n"+
+			"warm-up before it so every key knows its previous close; candles opening before --from are not written.")
+	top := topologyFlag(fs)
+	brokers := brokersFlag(fs)
+	from := fs.String("from", "earliest", "start: earliest, an offset (on every partition), or an RFC 3339 time")
+	to := fs.String("to", "end", "end (exclusive): end (the end offsets seen at start), an offset, or an RFC 3339 time")
+	parts := fs.String("partitions", "", "comma-separated source partitions to replay (default all)")
+	out := fs.String("out", "topics", "where results go: topics (the topology's output and dead-letter topics), a file path, or - for stdout (JSON lines)")
+	warmup := fs.Duration("warmup", 0, "history read before a mid-stream --from (default: the longest window of the topology plus its lateness)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	t, err := loadTopology(*top)
+	if err != nil {
+		return reportTopology(e, err)
+	}
+	seeds := splitList(*brokers)
+	if len(seeds) == 0 {
+		if t.Brokers.Embedded() {
+			return fmt.Errorf("topology %s uses the embedded broker, which only lives inside `kandle run`; pass -brokers host:port of a running broker (e.g. `kandle dev-broker`)", t.Name)
+		}
+		seeds = t.Brokers
+	}
+	o := engine.ReplayOptions{Started: time.Now(), Warmup: *warmup, Logger: e.log}
+	if o.From, err = engine.ParseBound(*from); err != nil {
+		return fmt.Errorf("--from: %w", err)
+	}
+	if o.To, err = engine.ParseBound(*to); err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	for _, p := range splitList(*parts) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return fmt.Errorf("--partitions: %q is not a partition number", p)
+		}
+		o.Partitions = append(o.Partitions, int32(n))
+	}
+	switch *out {
+	case "topics":
+		if o.Out, err = engine.NewTopicOutput(t, seeds); err != nil {
+			return err
+		}
+	case "-":
+		o.Out = &engine.WriterOutput{W: e.stdout}
+	default:
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		o.Out = &engine.WriterOutput{W: f}
+	}
+	o.Progress = progressPrinter(e)
+	p, err := engine.Replay(ctx, t, seeds, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "replay done: %d records in %s\n", p.Records, p.Elapsed.Round(time.Millisecond))
+	return nil
+}
+
+// progressPrinter draws a progress bar on a terminal and logs lines otherwise.
+func progressPrinter(e *env) func(engine.Progress) {
+	tty := e.stderr == os.Stderr && isTerminal(os.Stderr)
+	return func(p engine.Progress) {
+		rate := float64(p.Records) / max(p.Elapsed.Seconds(), 0.001)
+		eta := "?"
+		if rate > 0 && p.Total > p.Records {
+			eta = (time.Duration(float64(p.Total-p.Records)/rate) * time.Second).Round(time.Second).String()
+		}
+		var lag []string
+		keys := make([]int, 0, len(p.Lag))
+		for k := range p.Lag {
+			keys = append(keys, int(k))
+		}
+		sort.Ints(keys)
+		for _, k := range keys {
+			lag = append(lag, fmt.Sprintf("p%d→%d", k, p.Lag[int32(k)]))
+		}
+		pct := 100.0
+		if p.Total > 0 {
+			pct = 100 * float64(p.Records) / float64(p.Total)
+		}
+		if tty {
+			width := 30
+			fill := int(pct / 100 * float64(width))
+			fmt.Fprintf(e.stderr, "\r[%s%s] %5.1f%% %d/%d records %.0f rec/s ETA %s %s\033[K",
+				strings.Repeat("#", fill), strings.Repeat(".", width-fill), pct, p.Records, p.Total, rate, eta, strings.Join(lag, " "))
+			if p.Lag == nil {
+				fmt.Fprintln(e.stderr)
+			}
+			return
+		}
+		e.log.Info("replay progress", "records", p.Records, "total", p.Total, "percent", fmt.Sprintf("%.1f", pct),
+			"records_per_s", int(rate), "eta", eta, "end_offsets_left", strings.Join(lag, " "))
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kandle/kandle/engine"
+)
+
+func listen(addr string) (net.Listener, error) { return net.Listen("tcp", addr) }
+
+func cmdRun(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "run", "[-t topology.yaml] [flags]",
+		"Runs every processor and sink of the topology as a member of its consumer groups. Start several\n"+
+			"instances with different -instance ids to spread partitions; stop with SIGTERM/Ctrl-C (in-flight work\n"+
+			"is committed and the groups are left cleanly).")
+	top := topologyFlag(fs)
+	brokers := brokersFlag(fs)
+	stateDir := fs.String("state-dir", ".data/state", "directory of the local Pebble state store (\"\" keeps state in memory and rebuilds it from the changelog)")
+	host, _ := os.Hostname()
+	instance := fs.String("instance", host, "instance id; transactional ids derive from it, so reuse it when restarting the same instance")
+	metrics := fs.String("metrics", "", "address of the /metrics endpoint (default: the topology's metrics key)")
+	listenAddr := fs.String("dev-broker-listen", "127.0.0.1:9092", "where the embedded dev broker listens when the topology says brokers: embedded")
+	only := fs.String("only", "", "comma-separated processor/sink names to run (default all)")
+	txnTimeout := fs.Duration("transaction-timeout", 10*time.Second, "Kafka transaction timeout: the longest a crashed instance's open transaction can hold back readers")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	t, err := loadTopology(*top)
+	if err != nil {
+		return reportTopology(e, err)
+	}
+	reg := prometheus.NewRegistry()
+	addr := t.Metrics
+	if *metrics != "" {
+		addr = *metrics
+	}
+	if addr != "" {
+		srv, err := serveMetrics(e, addr, reg)
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+	}
+	sinks, err := buildSinks(ctx, e, t, reg)
+	if err != nil {
+		return err
+	}
+	opts := append(sinks, engine.WithLogger(e.log), engine.WithRegisterer(reg), engine.WithStateDir(*stateDir),
+		engine.WithInstanceID(*instance), engine.WithDevBrokerListen(*listenAddr), engine.WithTransactionTimeout(*txnTimeout))
+	if b := splitList(*brokers); len(b) > 0 {
+		opts = append(opts, engine.WithBrokers(b))
+	}
+	if o := splitList(*only); len(o) > 0 {
+		opts = append(opts, engine.WithOnly(o...))
+	}
+	if *stateDir != "" {
+		if err := os.MkdirAll(*stateDir, 0o755); err != nil {
+			return err
+		}
+	}
+	eng, err := engine.New(t, opts...)
+	if err != nil {
+		return err
+	}
+	err = eng.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

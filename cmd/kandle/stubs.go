@@ -1,0 +1,11 @@
+package main
+
+import (
+	"context"
+	"errors"
+)
+
+func cmdTest(ctx context.Context, e *env, args []string) error    { return errors.New("todo") }
+func cmdOffsets(ctx context.Context, e *env, args []string) error { return errors.New("todo") }
+func cmdTables(ctx context.Context, e *env, args []string) error  { return errors.New("todo") }
+func cmdQuery(ctx context.Context, e *env, args []string) error   { return errors.New("todo") }

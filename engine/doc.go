@@ -1,0 +1,47 @@
+// Package engine runs a topology: it wires sources, processors and sinks
+// into stages and drives them against Kafka (or in process, for replay and
+// `kandle test`).
+//
+// # Stages
+//
+// Every processor of the topology is one stage: a consumer group reading the
+// processor's input topic (a source topic, or the output topic of the
+// processor it rolls up) and writing closed candles to its output topic,
+// rejected records to the dead-letter topic, and its state changes to a
+// compacted changelog topic. Each input partition gets its own processor
+// instance, so keys and watermarks never cross partitions. Sinks are stages
+// too: a consumer group per sink that reads output topics and writes to the
+// external store.
+//
+// # Exactly-once protocol (Kafka → Kafka)
+//
+// A processor stage is a kgo.GroupTransactSession. Every commit interval it
+// does, in this order:
+//
+//  1. produce the candles and dead letters of the records it processed;
+//  2. produce each changed state entry to the changelog partition equal to the
+//     input partition, plus an entry holding the next input offset;
+//  3. commit the transaction, which also commits the consumed input offsets
+//     (KIP-447: a fenced or rebalanced member cannot commit);
+//  4. only then write the same state entries, the changelog offset and the
+//     input offset to Pebble in one atomic batch.
+//
+// If the transaction aborts (rebalance, fencing, timeout, broker error), no
+// output, state entry or offset of it is visible to read-committed readers;
+// the stage drops its in-memory processors and rebuilds them from Pebble plus
+// the changelog, and the session rewinds to the committed offsets.
+//
+// If the process dies between 3 and 4, Pebble is behind the changelog. On
+// restart — and whenever a partition is assigned — the stage loads Pebble's
+// entries for the partition, then reads the changelog from the offset Pebble
+// recorded up to a barrier record it appends first (so an aborted or still
+// open transaction at the tail cannot make it wait forever), applying every
+// committed entry. The result is exactly the state that was committed with
+// the group's offsets. A new owner with an empty disk reads the whole
+// (compacted) changelog, so recovery time is bounded by the live state, not
+// by history. Pebble can never be ahead of Kafka because it is written after
+// the commit.
+//
+// Sinks are at-least-once with idempotent writes: a sink stage flushes the
+// store before committing its offsets.
+package engine

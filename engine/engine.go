@@ -1,0 +1,287 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/state"
+	"github.com/kandle/kandle/topology"
+)
+
+// CandleSink is a store that closed candles are written to (DynamoDB, S3
+// Parquet, Valkey finals, Kinesis). Write may buffer; after Flush returns nil
+// everything written is durable, so the sink stage may commit its offsets.
+// Writes must be idempotent upserts: after a crash candles are delivered again.
+type CandleSink interface {
+	Write(ctx context.Context, cs []candle.Candle) error
+	Flush(ctx context.Context) error
+	Close(ctx context.Context) error
+}
+
+// TradeSink is a sink fed from a source (the raw trade ledger).
+type TradeSink interface {
+	WriteTrades(ctx context.Context, ts []candle.Trade) error
+}
+
+// LivePublisher receives open (not yet final) candles from the processor
+// stage that owns their key. Active must not block.
+type LivePublisher interface {
+	Active(c candle.Candle)
+}
+
+// Engine runs a topology against Kafka.
+type Engine struct {
+	top            *topology.Topology
+	g              *graph
+	log            *slog.Logger
+	reg            prometheus.Registerer
+	m              *metrics
+	stateDir       string
+	store          *state.Store
+	instance       string
+	clock          processors.Clock
+	brokers        []string
+	commitInterval time.Duration
+	txnTimeout     time.Duration
+	sessionTimeout time.Duration
+	sinks          map[string]CandleSink
+	live           map[string][]LivePublisher
+	only           map[string]bool
+	devBroker      *kafka.DevBroker
+	devListen      string
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(e *Engine) { e.log = l } }
+
+// WithRegisterer registers the engine's metrics on reg (default: a private registry).
+func WithRegisterer(reg prometheus.Registerer) Option { return func(e *Engine) { e.reg = reg } }
+
+// WithStateDir keeps Pebble state in dir ("" = in memory, rebuilt from the changelog on start).
+func WithStateDir(dir string) Option { return func(e *Engine) { e.stateDir = dir } }
+
+// WithInstanceID names this instance: its transactional ids derive from it,
+// so a restarted instance with the same id fences its previous incarnation.
+// Default: the host name.
+func WithInstanceID(id string) Option { return func(e *Engine) { e.instance = id } }
+
+// WithClock sets the wall clock processors use for idle advance and the
+// future guard (default the system clock).
+func WithClock(c processors.Clock) Option { return func(e *Engine) { e.clock = c } }
+
+// WithBrokers overrides the topology's brokers.
+func WithBrokers(seeds []string) Option { return func(e *Engine) { e.brokers = seeds } }
+
+// WithDevBrokerListen sets where an embedded dev broker listens (default 127.0.0.1:9092).
+func WithDevBrokerListen(addr string) Option { return func(e *Engine) { e.devListen = addr } }
+
+// WithTransactionTimeout sets the Kafka transaction timeout (default 10s):
+// how long a dead instance's open transaction can hold back readers.
+func WithTransactionTimeout(d time.Duration) Option { return func(e *Engine) { e.txnTimeout = d } }
+
+// WithSessionTimeout sets the consumer group session timeout (default 10s).
+func WithSessionTimeout(d time.Duration) Option { return func(e *Engine) { e.sessionTimeout = d } }
+
+// WithSink attaches the connector instance of the topology sink name.
+func WithSink(name string, s CandleSink) Option { return func(e *Engine) { e.sinks[name] = s } }
+
+// WithLive attaches a live publisher to the processor stage name.
+func WithLive(stage string, lp LivePublisher) Option {
+	return func(e *Engine) { e.live[stage] = append(e.live[stage], lp) }
+}
+
+// WithOnly runs only the named stages and sinks (default: all).
+func WithOnly(names ...string) Option {
+	return func(e *Engine) {
+		for _, n := range names {
+			e.only[n] = true
+		}
+	}
+}
+
+// New prepares an engine for t. It starts nothing until Run.
+func New(t *topology.Topology, opts ...Option) (*Engine, error) {
+	g, err := buildGraph(t)
+	if err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	e := &Engine{top: t, g: g, log: slog.Default(), instance: host, clock: processors.SystemClock{},
+		commitInterval: t.Commit, txnTimeout: 10 * time.Second, sessionTimeout: 10 * time.Second,
+		sinks: map[string]CandleSink{}, live: map[string][]LivePublisher{}, only: map[string]bool{},
+		devListen: "127.0.0.1:9092"}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.commitInterval <= 0 {
+		e.commitInterval = 100 * time.Millisecond
+	}
+	if e.reg == nil {
+		e.reg = prometheus.NewRegistry()
+	}
+	if e.m, err = newMetrics(e.reg); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if len(e.brokers) == 0 && !t.Brokers.Embedded() {
+		e.brokers = t.Brokers
+	}
+	for name, sk := range t.Sinks {
+		if _, ok := e.sinks[name]; !ok && e.runs(name) {
+			return nil, fmt.Errorf("sink %s (kind %s) has no connector attached", name, sk.Kind)
+		}
+	}
+	return e, nil
+}
+
+func (e *Engine) runs(name string) bool { return len(e.only) == 0 || e.only[name] }
+
+// Brokers returns the seed brokers in use (after Run started an embedded one).
+func (e *Engine) Brokers() []string { return e.brokers }
+
+// Run starts every stage and blocks until ctx ends or a stage fails; on the
+// way out each stage commits what it has and leaves its group.
+func (e *Engine) Run(ctx context.Context) error {
+	if len(e.brokers) == 0 {
+		b, err := kafka.StartDevBroker(kafka.WithListen(e.devListen), kafka.WithLogger(e.log))
+		if err != nil {
+			return fmt.Errorf("start embedded dev broker: %w", err)
+		}
+		e.devBroker = b
+		defer b.Close()
+		e.brokers = b.Addrs()
+		e.log.Info("embedded dev broker started", "addrs", e.brokers)
+	}
+	store, err := state.Open(e.stateDir, e.log)
+	if err != nil {
+		return err
+	}
+	e.store = store
+	defer store.Close()
+	if err := e.ensureTopics(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	start := func(name string, run func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				mu.Unlock()
+				cancel(err)
+			}
+		}()
+	}
+	for _, spec := range e.g.stages {
+		if !e.runs(spec.Name) {
+			continue
+		}
+		st, err := newLiveStage(e, spec)
+		if err != nil {
+			cancel(err)
+			wg.Wait()
+			return err
+		}
+		start(spec.Name, st.run)
+	}
+	for name, sk := range e.top.Sinks {
+		if !e.runs(name) {
+			continue
+		}
+		ss, err := newSinkStage(e, name, sk, e.sinks[name])
+		if err != nil {
+			cancel(err)
+			wg.Wait()
+			return err
+		}
+		start("sink "+name, ss.run)
+	}
+	e.log.Info("kandle running", "topology", e.top.Name, "instance", e.instance, "brokers", e.brokers)
+	<-ctx.Done()
+	wg.Wait()
+	for name, s := range e.sinks {
+		cctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := s.Close(cctx); err != nil {
+			e.log.Warn("closing sink", "sink", name, "err", err)
+		}
+		c()
+	}
+	return errors.Join(errs...)
+}
+
+// ensureTopics creates every topic the topology uses that does not exist.
+func (e *Engine) ensureTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	specs := e.topicSpecs()
+	warnings, err := kafka.EnsureTopics(ctx, cl, specs)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for _, w := range warnings {
+		e.log.Warn("topic", "warning", w)
+	}
+	return nil
+}
+
+func (e *Engine) topicSpecs() []kafka.TopicSpec {
+	var specs []kafka.TopicSpec
+	seen := map[string]bool{}
+	add := func(s kafka.TopicSpec) {
+		if s.Name != "" && !seen[s.Name] {
+			seen[s.Name] = true
+			specs = append(specs, s)
+		}
+	}
+	for _, src := range e.top.Sources {
+		if src.Kind == "" || src.Kind == "kafka" {
+			add(kafka.TopicSpec{Name: src.Topic, Partitions: int32(src.Partitions)})
+		}
+	}
+	compact := "compact"
+	for _, s := range e.g.stages {
+		add(kafka.TopicSpec{Name: s.OutputTopic, Partitions: int32(s.OutputParts)})
+		add(kafka.TopicSpec{Name: e.g.changelogTopic(s.Name), Partitions: int32(e.inputPartitions(s)),
+			Configs: map[string]*string{"cleanup.policy": &compact}})
+	}
+	dl := e.top.DeadLetter.Partitions
+	if dl < 1 {
+		dl = 1
+	}
+	add(kafka.TopicSpec{Name: e.g.deadLetterTopic(), Partitions: int32(dl)})
+	return specs
+}
+
+// inputPartitions is the partition count of a stage's input topic, which is
+// also the partition count of its changelog.
+func (e *Engine) inputPartitions(s *stageSpec) int {
+	if s.Rollup {
+		return e.g.byName[s.Input].OutputParts
+	}
+	if src := e.top.Sources[s.Input]; src != nil && src.Partitions > 0 {
+		return src.Partitions
+	}
+	return 1
+}

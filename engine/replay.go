@@ -1,0 +1,402 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/topology"
+)
+
+// Bound is one end of a replay range: the earliest/latest offset, an offset
+// per partition, or a time.
+type Bound struct {
+	Kind   BoundKind
+	Offset int64
+	Time   time.Time
+}
+
+// BoundKind says what a Bound holds.
+type BoundKind int
+
+// Bound kinds.
+const (
+	BoundEdge   BoundKind = iota // earliest (from) or the end offsets seen at start (to)
+	BoundOffset                  // the same offset on every partition
+	BoundTime                    // the first offset at or after a time
+)
+
+// ParseBound reads "earliest", "end", an offset, or an RFC 3339 time.
+func ParseBound(s string) (Bound, error) {
+	switch s {
+	case "", "earliest", "end", "latest":
+		return Bound{Kind: BoundEdge}, nil
+	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
+		return Bound{Kind: BoundOffset, Offset: n}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return Bound{Kind: BoundTime, Time: t}, nil
+	}
+	return Bound{}, fmt.Errorf("%q is not earliest, end, an offset or an RFC 3339 time (e.g. 2026-11-23T10:00:00Z)", s)
+}
+
+// ReplayOptions bound and direct a replay.
+type ReplayOptions struct {
+	From, To   Bound
+	Partitions []int32 // nil = all
+	// Warmup is read before a mid-stream From so every key knows its previous
+	// close and every window that straddles From is complete; candles opening
+	// before From are not written. Default: the longest window of the
+	// topology plus its lateness.
+	Warmup time.Duration
+	// Started is the replay's clock: the future guard compares with it. Replay
+	// never reads the wall clock otherwise.
+	Started time.Time
+	// Out receives candles and dead letters instead of the topology's topics.
+	Out ReplayOutput
+	// Progress is called about every second with the counts so far.
+	Progress func(Progress)
+	Logger   *slog.Logger
+}
+
+// ReplayOutput receives what a replay produces.
+type ReplayOutput interface {
+	Candle(stage string, topic string, c *candle.Candle) error
+	DeadLetter(stage string, r *processors.Rejection) error
+	Close(ctx context.Context) error
+}
+
+// Progress is a replay's position.
+type Progress struct {
+	Records, Total int64
+	Lag            map[int32]int64 // records left per source partition
+	Elapsed        time.Duration
+}
+
+// Replay reads a bounded range of every source of t without joining any
+// consumer group and runs it through the processors in process. It returns
+// once the end offsets (fixed at start) are reached.
+func Replay(ctx context.Context, t *topology.Topology, brokers []string, o ReplayOptions) (Progress, error) {
+	g, err := buildGraph(t)
+	if err != nil {
+		return Progress{}, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.Started.IsZero() {
+		return Progress{}, fmt.Errorf("replay: Started must be set (the replay's fixed clock)")
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), kgo.WithLogger(kgoLogger(log)))
+	if err != nil {
+		return Progress{}, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+
+	p := newPipeline(g, processors.FixedClock{T: o.Started})
+	emitFrom := int64(-1 << 62)
+	if o.From.Kind == BoundTime {
+		emitFrom = o.From.Time.UnixMilli()
+	}
+	p.OnCandle = func(s *stageSpec, c *candle.Candle, _ int32) {
+		if c.OpenTime < emitFrom {
+			return
+		}
+		if err == nil {
+			err = o.Out.Candle(s.Name, s.OutputTopic, c)
+		}
+	}
+	p.OnReject = func(s *stageSpec, r *processors.Rejection) {
+		if err == nil {
+			err = o.Out.DeadLetter(s.Name, r)
+		}
+	}
+	warm := o.Warmup
+	if warm == 0 {
+		warm = defaultWarmup(g)
+	}
+	var prog Progress
+	start := time.Now() // for progress only; results never depend on it
+	for _, srcName := range sortedSources(t) {
+		src := t.Sources[srcName]
+		if src.Kind != "" && src.Kind != "kafka" {
+			return prog, fmt.Errorf("replay: source %s is %s; use the Kinesis replay for it", srcName, src.Kind)
+		}
+		ranges, rerr := resolveRange(ctx, adm, src.Topic, o, warm)
+		if rerr != nil {
+			return prog, rerr
+		}
+		for _, r := range ranges {
+			prog.Total += r.end - r.start
+		}
+		offsets := map[int32]kgo.Offset{}
+		left := map[int32]int64{}
+		for _, r := range ranges {
+			if r.end > r.start {
+				offsets[r.partition] = kgo.NewOffset().At(r.start)
+				left[r.partition] = r.end
+			}
+		}
+		if len(offsets) == 0 {
+			continue
+		}
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{src.Topic: offsets})
+		lastReport, idleSince := time.Now(), time.Now()
+		for len(left) > 0 {
+			pollCtx, cancel := context.WithTimeout(ctx, time.Second)
+			fs := cl.PollFetches(pollCtx)
+			cancel()
+			if ctx.Err() != nil {
+				return prog, ctx.Err()
+			}
+			fs.EachError(func(t string, part int32, e error) {
+				if !errors.Is(e, context.DeadlineExceeded) {
+					log.Warn("replay fetch error", "topic", t, "partition", part, "err", e)
+				}
+			})
+			progressed := false
+			fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+				end, ok := left[fp.Partition]
+				if !ok {
+					return
+				}
+				for _, r := range fp.Records {
+					if r.Offset >= end {
+						break
+					}
+					progressed = true
+					if r.Attrs.IsControl() {
+						// Commit/abort markers are kept so a partition whose
+						// tail is a marker still reaches its end offset.
+						if r.Offset+1 >= end {
+							delete(left, fp.Partition)
+						}
+						continue
+					}
+					if ferr := p.Feed(srcName, r.Partition, r.Offset, r.Value); ferr != nil && err == nil {
+						err = ferr
+					}
+					prog.Records++
+				}
+				if n := len(fp.Records); n > 0 && fp.Records[n-1].Offset+1 >= end {
+					delete(left, fp.Partition)
+				}
+			})
+			if progressed {
+				idleSince = time.Now()
+			} else if time.Since(idleSince) > 5*time.Second {
+				// Only an aborted batch whose marker lies past the stable
+				// offset can leave a gap before end: nothing visible remains.
+				log.Info("replay: no visible records before the end offsets; treating the rest as aborted", "partitions", left)
+				break
+			}
+			if err != nil {
+				return prog, err
+			}
+			if o.Progress != nil && time.Since(lastReport) >= time.Second {
+				lastReport = time.Now()
+				prog.Elapsed = time.Since(start)
+				prog.Lag = map[int32]int64{}
+				for part, end := range left {
+					prog.Lag[part] = end
+				}
+				o.Progress(prog)
+			}
+		}
+		cl.RemoveConsumePartitions(map[string][]int32{src.Topic: keysOf(offsets)})
+	}
+	prog.Elapsed, prog.Lag = time.Since(start), nil
+	if o.Progress != nil {
+		o.Progress(prog)
+	}
+	return prog, o.Out.Close(ctx)
+}
+
+func nextOffset(fp kgo.FetchTopicPartition) int64 {
+	if n := len(fp.Records); n > 0 {
+		return fp.Records[n-1].Offset + 1
+	}
+	return -1
+}
+
+type partRange struct {
+	partition  int32
+	start, end int64
+}
+
+// resolveRange turns the replay bounds into offsets per partition. The end
+// offsets are the last stable offsets seen now: a replay is bounded.
+func resolveRange(ctx context.Context, adm *kadm.Client, topic string, o ReplayOptions, warm time.Duration) ([]partRange, error) {
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list start offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+	}
+	byTime := func(t time.Time) (kadm.ListedOffsets, error) {
+		return adm.ListOffsetsAfterMilli(ctx, t.UnixMilli(), topic)
+	}
+	var fromT, toT kadm.ListedOffsets
+	if o.From.Kind == BoundTime {
+		if fromT, err = byTime(o.From.Time.Add(-warm)); err != nil {
+			return nil, err
+		}
+	}
+	if o.To.Kind == BoundTime {
+		if toT, err = byTime(o.To.Time); err != nil {
+			return nil, err
+		}
+	}
+	want := map[int32]bool{}
+	for _, p := range o.Partitions {
+		want[p] = true
+	}
+	var out []partRange
+	for _, so := range starts[topic] {
+		if len(want) > 0 && !want[so.Partition] {
+			continue
+		}
+		eo, _ := ends.Lookup(topic, so.Partition)
+		r := partRange{partition: so.Partition, start: so.Offset, end: eo.Offset}
+		switch o.From.Kind {
+		case BoundOffset:
+			r.start = max(r.start, o.From.Offset)
+		case BoundTime:
+			if f, ok := fromT.Lookup(topic, so.Partition); ok && f.Offset >= 0 {
+				r.start = max(r.start, f.Offset)
+			}
+		}
+		switch o.To.Kind {
+		case BoundOffset:
+			r.end = min(r.end, o.To.Offset)
+		case BoundTime:
+			if e, ok := toT.Lookup(topic, so.Partition); ok && e.Offset >= 0 {
+				r.end = min(r.end, e.Offset)
+			}
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].partition < out[j].partition })
+	return out, nil
+}
+
+// defaultWarmup is the longest window of any stage plus its lateness.
+func defaultWarmup(g *graph) time.Duration {
+	var w time.Duration
+	ref := time.Date(2024, 1, 31, 0, 0, 0, 0, time.UTC).UnixMilli() // a 31-day month
+	for _, s := range g.stages {
+		open := s.Timeframe.Start(ref)
+		d := time.Duration(s.Timeframe.End(open)-open)*time.Millisecond + time.Hour
+		if s.Proc != nil {
+			d += s.Proc.Lateness
+		}
+		w = max(w, d)
+	}
+	return w
+}
+
+func sortedSources(t *topology.Topology) []string {
+	var n []string
+	for k := range t.Sources {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+func keysOf(m map[int32]kgo.Offset) []int32 {
+	var out []int32
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TopicOutput writes replay results to the topology's own topics (candles by
+// symbol, dead letters to the dead-letter topic).
+type TopicOutput struct {
+	cl  *kgo.Client
+	dlq string
+	err error
+}
+
+// NewTopicOutput produces to brokers.
+func NewTopicOutput(t *topology.Topology, brokers []string) (*TopicOutput, error) {
+	g, err := buildGraph(t)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	return &TopicOutput{cl: cl, dlq: g.deadLetterTopic()}, nil
+}
+
+func (o *TopicOutput) promise(_ *kgo.Record, err error) {
+	if err != nil && o.err == nil {
+		o.err = err
+	}
+}
+
+// Candle produces c to topic.
+func (o *TopicOutput) Candle(_ string, topic string, c *candle.Candle) error {
+	o.cl.Produce(context.Background(), &kgo.Record{Topic: topic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)}, o.promise)
+	return o.err
+}
+
+// DeadLetter produces the rejection to the dead-letter topic.
+func (o *TopicOutput) DeadLetter(stage string, r *processors.Rejection) error {
+	o.cl.Produce(context.Background(), deadLetter(o.dlq, stage, "", r), o.promise)
+	return o.err
+}
+
+// Close flushes and closes the producer.
+func (o *TopicOutput) Close(ctx context.Context) error {
+	defer o.cl.Close()
+	if err := o.cl.Flush(ctx); err != nil {
+		return err
+	}
+	return o.err
+}
+
+// WriterOutput writes replay results as JSON lines: candles as they are on
+// the topics plus a "stage" field is not added, so lines compare byte for
+// byte with the topic contents; dead letters are prefixed "dlq ".
+type WriterOutput struct {
+	W   io.Writer
+	buf []byte
+}
+
+// Candle writes one JSON line.
+func (o *WriterOutput) Candle(_ string, _ string, c *candle.Candle) error {
+	o.buf = append(c.AppendJSON(o.buf[:0]), '\n')
+	_, err := o.W.Write(o.buf)
+	return err
+}
+
+// DeadLetter writes "dlq <envelope>".
+func (o *WriterOutput) DeadLetter(stage string, r *processors.Rejection) error {
+	rec := deadLetter("", stage, "", r)
+	_, err := fmt.Fprintf(o.W, "dlq %s\n", rec.Value)
+	return err
+}
+
+// Close does nothing.
+func (o *WriterOutput) Close(context.Context) error { return nil }

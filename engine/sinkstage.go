@@ -1,0 +1,218 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/topology"
+)
+
+// RejectedCandles is implemented by sink errors that refuse some candles for
+// good (for example an item over DynamoDB's size limit): those candles go to
+// the dead-letter topic and the rest of the batch counts as written.
+type RejectedCandles interface {
+	error
+	Candles() []candle.Candle
+}
+
+// sinkStage feeds one sink from output topics (candles) or a source topic
+// (trades), at least once: offsets commit only after the sink flushed.
+type sinkStage struct {
+	name   string
+	e      *Engine
+	log    *slog.Logger
+	sink   CandleSink
+	trades TradeSink
+	dec    *processors.Decoder
+	cl     *kgo.Client
+	every  time.Duration
+}
+
+func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*sinkStage, error) {
+	s := &sinkStage{name: name, e: e, log: e.log.With("sink", name), sink: sink, every: 10 * e.commitInterval}
+	var topics []string
+	for _, from := range sk.From {
+		if st, ok := e.g.byName[from]; ok {
+			topics = append(topics, st.OutputTopic)
+			continue
+		}
+		src, ok := e.top.Sources[from]
+		if !ok {
+			return nil, fmt.Errorf("sink %s: from %q is neither a processor nor a source", name, from)
+		}
+		ts, ok := sink.(TradeSink)
+		if !ok {
+			return nil, fmt.Errorf("sink %s: kind %s cannot take trades from source %q; feed it processors", name, sk.Kind, from)
+		}
+		dec, err := processors.NewDecoder(processors.DecoderConfig{
+			Fields:         processors.Fields{Key: src.Fields.Key, Time: src.Fields.Time, Price: src.Fields.Price, Qty: src.Fields.Qty, ID: src.Fields.ID},
+			Symbols:        src.Symbols,
+			MaxRecordBytes: src.MaxRecordBytes,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.trades, s.dec = ts, dec
+		topics = append(topics, src.Topic)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumerGroup(e.g.groupID("sink."+name)),
+		kgo.ConsumeTopics(topics...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.WithLogger(kgoLogger(s.log)))
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: kafka client: %w", name, err)
+	}
+	s.cl = cl
+	return s, nil
+}
+
+func (s *sinkStage) run(ctx context.Context) error {
+	defer s.cl.Close()
+	var pending []*kgo.Record
+	last := time.Now()
+	for {
+		pollCtx, cancel := context.WithTimeout(ctx, s.every)
+		fs := s.cl.PollFetches(pollCtx)
+		cancel()
+		if fs.IsClientClosed() {
+			return nil
+		}
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+				s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+			}
+		})
+		var candles []candle.Candle
+		var trades []candle.Trade
+		fs.EachRecord(func(r *kgo.Record) {
+			pending = append(pending, r)
+			if s.dec != nil && !s.isCandleTopic(r.Topic) {
+				var t candle.Trade
+				if _, ok := s.dec.Decode(r.Value, &t); ok {
+					trades = append(trades, t)
+				}
+				return
+			}
+			c, err := candle.ParseJSON(r.Value)
+			if err != nil {
+				s.log.Warn("skipping unreadable candle", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+				s.e.m.sinkErrors.WithLabelValues(s.name).Inc()
+				return
+			}
+			candles = append(candles, c)
+		})
+		if err := s.write(ctx, candles, trades); err != nil {
+			return s.stop(err)
+		}
+		if len(pending) > 0 && (time.Since(last) >= s.every || ctx.Err() != nil) {
+			if err := s.flushAndCommit(ctx, pending); err != nil {
+				return s.stop(err)
+			}
+			pending, last = pending[:0], time.Now()
+		}
+		if ctx.Err() != nil {
+			return s.stop(nil)
+		}
+	}
+}
+
+func (s *sinkStage) isCandleTopic(topic string) bool {
+	for _, st := range s.e.g.stages {
+		if st.OutputTopic == topic {
+			return true
+		}
+	}
+	return false
+}
+
+// write retries until the sink takes the batch or ctx ends; candles the sink
+// refuses for good are dead-lettered.
+func (s *sinkStage) write(ctx context.Context, cs []candle.Candle, ts []candle.Trade) error {
+	if len(cs) > 0 {
+		err := retry(ctx, s.log, "write candles", func() error { return s.sink.Write(ctx, cs) })
+		var rej RejectedCandles
+		if errors.As(err, &rej) {
+			s.deadLetter(ctx, rej)
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(cs)))
+	}
+	if len(ts) > 0 {
+		if err := retry(ctx, s.log, "write trades", func() error { return s.trades.WriteTrades(ctx, ts) }); err != nil {
+			return err
+		}
+		s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(ts)))
+	}
+	return nil
+}
+
+func (s *sinkStage) deadLetter(ctx context.Context, rej RejectedCandles) {
+	for _, c := range rej.Candles() {
+		r := &processors.Rejection{Reason: processors.ReasonOversized, Detail: "sink " + s.name + ": " + rej.Error(),
+			Key: c.Symbol, Value: c.AppendJSON(nil), Partition: -1, Offset: -1}
+		rec := deadLetter(s.e.g.deadLetterTopic(), "sink."+s.name, "", r)
+		if err := s.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			s.log.Error("dead-letter write failed", "err", err)
+		}
+		s.e.m.sinkErrors.WithLabelValues(s.name).Inc()
+	}
+}
+
+func (s *sinkStage) flushAndCommit(ctx context.Context, recs []*kgo.Record) error {
+	if err := retry(ctx, s.log, "flush", func() error { return s.sink.Flush(ctx) }); err != nil {
+		return err
+	}
+	cctx := ctx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+	}
+	if err := s.cl.CommitRecords(cctx, recs...); err != nil {
+		s.log.Warn("offset commit failed; records will be delivered again", "err", err)
+	}
+	return nil
+}
+
+func (s *sinkStage) stop(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// retry runs fn until it succeeds, returns a RejectedCandles error, or ctx
+// ends, with jittered exponential backoff (an outage pauses the stage, it
+// never drops data).
+func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		var rej RejectedCandles
+		if err == nil || errors.As(err, &rej) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		log.Warn("sink call failed; retrying", "what", what, "attempt", attempt, "err", err)
+		d := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}

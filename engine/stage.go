@@ -1,0 +1,514 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/state"
+)
+
+// Changelog record keys: processor entries are prefixed with 'p'; the entry
+// holding the next input offset is "o"; restore barriers are "b".
+var (
+	keyOffset  = []byte("o")
+	keyBarrier = []byte("b")
+)
+
+// liveStage runs one processor stage as a member of its consumer group,
+// committing outputs, state and offsets in one transaction per interval.
+type liveStage struct {
+	spec      *stageSpec
+	e         *Engine
+	log       *slog.Logger
+	changelog string
+	sess      *kgo.GroupTransactSession
+	restoreCl *kgo.Client
+	admin     *kadm.Client
+	live      []LivePublisher
+
+	parts map[int32]*partState // owned partitions (loop goroutine only)
+
+	evMu     sync.Mutex // guards the events the group callbacks queue
+	assigned []int32
+	revoked  []int32
+
+	inTxn    bool
+	txnStart time.Time
+	prodMu   sync.Mutex
+	prodErr  error
+	clMax    map[int32]int64 // highest changelog offset produced in the open txn
+	pending  []pendingEntry  // state entries produced in the open txn
+	out      processors.Output
+}
+
+type partState struct {
+	proc      processor
+	nextInput int64
+	consumed  bool // processed input since the last commit
+	touched   bool // produced live updates since the last Active pass
+}
+
+type pendingEntry struct {
+	partition int32
+	key, val  []byte
+}
+
+func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
+	s := &liveStage{spec: spec, e: e, log: e.log.With("stage", spec.Name),
+		changelog: e.g.changelogTopic(spec.Name), parts: map[int32]*partState{},
+		clMax: map[int32]int64{}, live: e.live[spec.Name]}
+	group := e.g.groupID(spec.Name)
+	txnID := group + "." + e.instance
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(e.brokers...),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(spec.InputTopic),
+		kgo.TransactionalID(txnID),
+		kgo.TransactionTimeout(e.txnTimeout),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.RecordPartitioner(changelogPartitioner(s.changelog)),
+		kgo.SessionTimeout(e.sessionTimeout),
+		kgo.RebalanceTimeout(e.sessionTimeout + e.txnTimeout),
+		kgo.ProducerLinger(0),
+		kgo.WithLogger(kgoLogger(s.log)),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.evMu.Lock()
+			s.assigned = append(s.assigned, m[spec.InputTopic]...)
+			s.evMu.Unlock()
+		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.evMu.Lock()
+			s.revoked = append(s.revoked, m[spec.InputTopic]...)
+			s.evMu.Unlock()
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			s.evMu.Lock()
+			s.revoked = append(s.revoked, m[spec.InputTopic]...)
+			s.evMu.Unlock()
+		}),
+	}
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: kafka client: %w", spec.Name, err)
+	}
+	rc, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(s.log)))
+	if err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("stage %s: kafka restore client: %w", spec.Name, err)
+	}
+	s.sess, s.restoreCl, s.admin = sess, rc, kadm.NewClient(rc)
+	return s, nil
+}
+
+// changelogPartitioner sends changelog records to the partition set on the
+// record (the input partition) and everything else by key hash (murmur2,
+// like Kafka's default), so output topics are partitioned by symbol.
+func changelogPartitioner(changelog string) kgo.Partitioner {
+	byKey := kgo.StickyKeyPartitioner(nil)
+	manual := kgo.ManualPartitioner()
+	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		if topic == changelog {
+			tp := manual.ForTopic(topic)
+			return tp.Partition
+		}
+		tp := byKey.ForTopic(topic)
+		return tp.Partition
+	})
+}
+
+// run processes until ctx ends, then commits what is open and leaves the group.
+func (s *liveStage) run(ctx context.Context) error {
+	defer s.restoreCl.Close()
+	interval := s.e.commitInterval
+	for {
+		if ctx.Err() != nil {
+			return s.shutdown()
+		}
+		if err := s.handleEvents(ctx); err != nil {
+			return err
+		}
+		pollCtx, cancel := context.WithTimeout(ctx, interval)
+		fetches := s.sess.PollFetches(pollCtx)
+		cancel()
+		if fetches.IsClientClosed() {
+			return nil
+		}
+		fetches.EachError(func(t string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		})
+		if err := s.handleEvents(ctx); err != nil {
+			return err
+		}
+		var procErr error
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if procErr != nil || len(fp.Records) == 0 {
+				return
+			}
+			ps, err := s.part(ctx, fp.Partition)
+			if err == nil {
+				err = s.begin() // consumed offsets commit in a transaction even when nothing is emitted
+			}
+			if err != nil {
+				procErr = err
+				return
+			}
+			for _, r := range fp.Records {
+				if r.Offset < ps.nextInput {
+					continue // already reflected in the restored state
+				}
+				s.out.Reset()
+				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Value: r.Value}, &s.out)
+				ps.nextInput, ps.consumed, ps.touched = r.Offset+1, true, true
+				s.countRecord(len(s.out.Rejected) > 0 && s.out.Rejected[0].Offset == r.Offset)
+				if err := s.emit(ctx); err != nil {
+					procErr = err
+					return
+				}
+			}
+		})
+		if procErr != nil {
+			return procErr
+		}
+		for p, ps := range s.parts {
+			s.out.Reset()
+			ps.proc.Tick(&s.out)
+			if len(s.out.Candles) > 0 {
+				ps.touched = true
+			}
+			if err := s.emit(ctx); err != nil {
+				return err
+			}
+			if w, ok := watermarkOf(ps.proc); ok {
+				s.e.m.watermark.WithLabelValues(s.spec.Name, strconv.Itoa(int(p))).Set(float64(w))
+			}
+		}
+		s.publishActive()
+		if s.inTxn && time.Since(s.txnStart) >= interval {
+			if err := s.commit(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *liveStage) countRecord(rejected bool) {
+	if rejected {
+		s.e.m.records.WithLabelValues(s.spec.Name, "rejected").Inc()
+		return
+	}
+	s.e.m.records.WithLabelValues(s.spec.Name, "accepted").Inc()
+}
+
+func watermarkOf(p processor) (int64, bool) {
+	if a, ok := p.(interface{ Watermark() (int64, bool) }); ok {
+		return a.Watermark()
+	}
+	return 0, false
+}
+
+// handleEvents applies the partition moves the group callbacks queued.
+func (s *liveStage) handleEvents(ctx context.Context) error {
+	s.evMu.Lock()
+	revoked, assigned := s.revoked, s.assigned
+	s.revoked, s.assigned = nil, nil
+	s.evMu.Unlock()
+	for _, p := range revoked {
+		delete(s.parts, p)
+		s.e.m.watermark.DeleteLabelValues(s.spec.Name, strconv.Itoa(int(p)))
+	}
+	for _, p := range assigned {
+		if _, err := s.part(ctx, p); err != nil {
+			return err
+		}
+	}
+	if len(revoked)+len(assigned) > 0 {
+		s.log.Info("partitions moved", "assigned", assigned, "revoked", revoked, "owned", len(s.parts))
+		s.e.m.owned.WithLabelValues(s.spec.Name).Set(float64(len(s.parts)))
+	}
+	return nil
+}
+
+// part returns the state of partition p, restoring it first if needed.
+func (s *liveStage) part(ctx context.Context, p int32) (*partState, error) {
+	if ps, ok := s.parts[p]; ok {
+		return ps, nil
+	}
+	start := time.Now()
+	ps, n, err := s.restore(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("stage %s: restore partition %d: %w", s.spec.Name, p, err)
+	}
+	s.parts[p] = ps
+	s.e.m.restoreSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
+	s.e.m.restored.WithLabelValues(s.spec.Name).Add(float64(n))
+	s.log.Debug("partition restored", "partition", p, "changelog_records", n, "next_input", ps.nextInput, "took", time.Since(start))
+	return ps, nil
+}
+
+// restore rebuilds partition p from Pebble plus the changelog tail (see the
+// package doc). It returns the number of changelog records read.
+func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, error) {
+	name := s.spec.Name
+	entries := map[string][]byte{}
+	meta, ok, err := s.e.store.Load(name, p, func(k, v []byte) error {
+		entries[string(k)] = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	from, next := int64(0), int64(0)
+	if ok {
+		from, next = meta.ChangelogOffset, meta.InputOffset
+	}
+	// The barrier marks the end of what is decided now: everything before it
+	// is committed or aborted once we can read it.
+	res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
+	if err := res.FirstErr(); err != nil {
+		return nil, 0, fmt.Errorf("write restore barrier: %w", err)
+	}
+	barrier := res[0].Record.Offset
+	batch := s.e.store.NewBatch()
+	starts, err := s.admin.ListStartOffsets(ctx, s.changelog)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list changelog start offsets: %w", err)
+	}
+	if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil && so.Offset > from {
+		// Compaction or retention removed what we would need: rebuild from the start.
+		clear(entries)
+		batch.Drop(name, p)
+		from, next = so.Offset, 0
+	}
+	n := 0
+	if from <= barrier {
+		s.restoreCl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.changelog: {p: kgo.NewOffset().At(from)}})
+		defer s.restoreCl.RemoveConsumePartitions(map[string][]int32{s.changelog: {p}})
+		for done := false; !done; {
+			fs := s.restoreCl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				return nil, 0, err
+			}
+			fs.EachError(func(t string, part int32, err error) {
+				s.log.Warn("changelog fetch error", "partition", part, "err", err)
+			})
+			fs.EachRecord(func(r *kgo.Record) {
+				if r.Partition != p || r.Offset > barrier {
+					return
+				}
+				n++
+				switch {
+				case len(r.Key) > 1 && r.Key[0] == 'p':
+					if r.Value == nil {
+						delete(entries, string(r.Key[1:]))
+					} else {
+						entries[string(r.Key[1:])] = r.Value
+					}
+					batch.Set(name, p, r.Key[1:], r.Value)
+				case string(r.Key) == string(keyOffset) && len(r.Value) == 8:
+					next = int64(binary.BigEndian.Uint64(r.Value))
+				}
+				if r.Offset >= barrier {
+					done = true
+				}
+			})
+		}
+	}
+	proc, err := s.spec.newProcessor(true, s.e.clock)
+	if err != nil {
+		return nil, 0, err
+	}
+	for k, v := range entries {
+		if err := proc.Restore([]byte(k), v); err != nil {
+			return nil, 0, fmt.Errorf("restore entry %q: %w", k, err)
+		}
+	}
+	batch.SetMeta(name, p, state.Meta{ChangelogOffset: barrier + 1, InputOffset: next})
+	if err := batch.Commit(); err != nil {
+		return nil, 0, err
+	}
+	return &partState{proc: proc, nextInput: next}, n, nil
+}
+
+// emit produces s.out's candles and dead letters in the open transaction.
+func (s *liveStage) emit(ctx context.Context) error {
+	if len(s.out.Candles) == 0 && len(s.out.Rejected) == 0 {
+		return nil
+	}
+	if err := s.begin(); err != nil {
+		return err
+	}
+	tf := s.spec.Timeframe.String()
+	for i := range s.out.Candles {
+		c := &s.out.Candles[i]
+		s.produce(ctx, &kgo.Record{Topic: s.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)})
+	}
+	if n := len(s.out.Candles); n > 0 {
+		s.e.m.candles.WithLabelValues(s.spec.Name, tf).Add(float64(n))
+	}
+	for i := range s.out.Rejected {
+		r := &s.out.Rejected[i]
+		s.produce(ctx, deadLetter(s.e.g.deadLetterTopic(), s.spec.Name, s.spec.InputTopic, r))
+		s.e.m.rejected.WithLabelValues(s.spec.Name, string(r.Reason)).Inc()
+		s.log.Debug("record rejected", "reason", r.Reason, "detail", r.Detail, "key", r.Key, "partition", r.Partition, "offset", r.Offset)
+	}
+	return nil
+}
+
+func (s *liveStage) begin() error {
+	if s.inTxn {
+		return nil
+	}
+	if err := s.sess.Begin(); err != nil {
+		return fmt.Errorf("stage %s: begin transaction: %w", s.spec.Name, err)
+	}
+	s.inTxn, s.txnStart = true, time.Now()
+	return nil
+}
+
+func (s *liveStage) produce(ctx context.Context, r *kgo.Record) {
+	s.sess.Produce(ctx, r, func(r *kgo.Record, err error) {
+		s.prodMu.Lock()
+		defer s.prodMu.Unlock()
+		if err != nil {
+			if s.prodErr == nil {
+				s.prodErr = err
+			}
+			return
+		}
+		if r.Topic == s.changelog && r.Offset > s.clMax[r.Partition] {
+			s.clMax[r.Partition] = r.Offset
+		}
+	})
+}
+
+// publishActive hands changed open candles to the live publishers.
+func (s *liveStage) publishActive() {
+	if len(s.live) == 0 {
+		return
+	}
+	for _, ps := range s.parts {
+		if !ps.touched {
+			continue
+		}
+		ps.touched = false
+		ps.proc.Active(func(c *candle.Candle) {
+			for _, lp := range s.live {
+				lp.Active(*c)
+			}
+		})
+	}
+}
+
+// commit ends the open transaction: state changes and input offsets go to
+// the changelog, then everything commits atomically, then Pebble follows.
+func (s *liveStage) commit(ctx context.Context) error {
+	for p, ps := range s.parts {
+		ps.proc.Changes(func(k, v []byte) {
+			key := append([]byte{'p'}, k...)
+			val := cloneOrNil(v)
+			s.pending = append(s.pending, pendingEntry{p, key[1:], val})
+			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: key, Value: val})
+		})
+		if ps.consumed {
+			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset,
+				Value: binary.BigEndian.AppendUint64(nil, uint64(ps.nextInput))})
+		}
+	}
+	start := time.Now()
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.e.txnTimeout)
+	defer cancel()
+	try := kgo.TryCommit
+	if err := s.sess.Client().Flush(endCtx); err != nil {
+		try = kgo.TryAbort
+	}
+	s.prodMu.Lock()
+	prodErr := s.prodErr
+	s.prodMu.Unlock()
+	if prodErr != nil {
+		s.log.Warn("produce failed; aborting transaction", "err", prodErr)
+		try = kgo.TryAbort
+	}
+	committed, err := s.sess.End(endCtx, try)
+	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
+	s.inTxn = false
+	pending, clMax := s.pending, s.clMax
+	s.pending, s.clMax, s.prodErr = nil, map[int32]int64{}, nil
+	if err != nil || !committed {
+		s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
+		s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
+		// Rebuild every owned partition from Pebble + changelog, which hold the last commit.
+		s.evMu.Lock()
+		for p := range s.parts {
+			s.assigned = append(s.assigned, p)
+		}
+		s.evMu.Unlock()
+		clear(s.parts)
+		if err != nil && isFatalTxnErr(err) {
+			return fmt.Errorf("stage %s: end transaction: %w", s.spec.Name, err)
+		}
+		return nil
+	}
+	s.e.m.transactions.WithLabelValues(s.spec.Name, "committed").Inc()
+	batch := s.e.store.NewBatch()
+	for _, pe := range pending {
+		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)
+	}
+	for p, ps := range s.parts {
+		if !ps.consumed && clMax[p] == 0 {
+			continue
+		}
+		ps.consumed = false
+		if off, ok := clMax[p]; ok {
+			batch.SetMeta(s.spec.Name, p, state.Meta{ChangelogOffset: off + 1, InputOffset: ps.nextInput})
+		}
+	}
+	return batch.Commit()
+}
+
+func cloneOrNil(v []byte) []byte {
+	if v == nil {
+		return nil
+	}
+	return append([]byte(nil), v...)
+}
+
+// isFatalTxnErr reports errors after which the session cannot continue.
+func isFatalTxnErr(err error) bool {
+	return errors.Is(err, kgo.ErrClientClosed)
+}
+
+// shutdown commits the open transaction and leaves the group.
+func (s *liveStage) shutdown() error {
+	var err error
+	if s.inTxn {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.e.txnTimeout)
+		err = s.commit(ctx)
+		cancel()
+	}
+	done := make(chan struct{})
+	go func() { s.sess.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		s.log.Warn("leaving the group took too long; closing anyway")
+	}
+	return err
+}
