@@ -2,14 +2,14 @@ package kinesis
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
 
 // Two consumers split a 4-shard stream 2/2, every record is delivered, and a
 // clean shutdown releases the leases.
-func TestConsumersShareEvenly(t *testing.T) {
-	e := newEnv(t, "share", 4)
+func testConsumersShareEvenly(t *testing.T, e *env) {
 	e.put(t, 20, 0, 400)
 	a := e.startConsumer(t, "a", &recorder{})
 	eventually(t, 10*time.Second, "a holds 4", func() bool { return len(a.c.Held()) == 4 })
@@ -22,7 +22,7 @@ func TestConsumersShareEvenly(t *testing.T) {
 	})
 	a.close(t)
 	b.close(t)
-	tbl := &leaseTable{db: e.ddb, name: "leases", duration: time.Second, clock: systemClock{}}
+	tbl := &leaseTable{db: e.ddb, name: e.table, duration: time.Second, clock: systemClock{}}
 	items, err := tbl.scan(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -37,4 +37,89 @@ func TestConsumersShareEvenly(t *testing.T) {
 	}
 	_, dupA := distinct(payloads(a.h.snapshot()))
 	t.Logf("redelivered within a: %d", dupA)
+}
+
+// A consumer that dies without releasing its leases (simulated crash) loses
+// them after lease_duration; the survivor takes them over from the last
+// checkpoints and nothing is lost.
+func testCrashedConsumerLeasesMove(t *testing.T, e *env) {
+	e.put(t, 20, 0, 400)
+	a := e.startConsumer(t, "a", &recorder{})
+	b := e.startConsumer(t, "b", &recorder{})
+	eventually(t, 15*time.Second, "2/2 split", func() bool { return len(a.c.Held()) == 2 && len(b.c.Held()) == 2 })
+	e.put(t, 20, 400, 600)
+	eventually(t, 10*time.Second, "a delivered some records", func() bool { return len(payloads(a.h.snapshot())) > 0 })
+
+	a.c.abandon = true // crash: no Lost, no release
+	a.close(t)
+	beforeCrash := len(a.h.snapshot())
+	crashedAt := time.Now()
+	e.put(t, 20, 600, 1000)
+	eventually(t, 15*time.Second, "b holds all 4", func() bool { return len(b.c.Held()) == 4 })
+	t.Logf("takeover after %v (lease_duration 1s)", time.Since(crashedAt).Round(10*time.Millisecond))
+	eventually(t, 10*time.Second, "all 1000 delivered", func() bool {
+		n, _ := distinct(append(payloads(a.h.snapshot()), payloads(b.h.snapshot())...))
+		return n == 1000
+	})
+	pa, pb := payloads(a.h.snapshot()), payloads(b.h.snapshot())
+	checkSessionOrder(t, a.h.snapshot())
+	checkSessionOrder(t, b.h.snapshot())
+	n, dup := distinct(append(pa, pb...))
+	t.Logf("delivered %d distinct, %d redelivered (a delivered %d before the crash)", n, dup, len(pa))
+	for _, ev := range a.h.snapshot()[beforeCrash:] {
+		if ev.kind == "lost" {
+			t.Fatalf("a crashed, it must not get Lost (%s)", ev.shard)
+		}
+	}
+}
+
+// A stale owner cannot checkpoint once another owner took the lease.
+func testLeaseFencing(t *testing.T, e *env) {
+	ddb := e.ddb
+	ctx := context.Background()
+	tbl := &leaseTable{db: ddb, name: "fence", duration: time.Second, clock: systemClock{}}
+	if err := tbl.ensure(ctx, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := tbl.create(ctx, "shard-0", nil, TrimHorizon); err != nil {
+		t.Fatal(err)
+	}
+	items, err := tbl.scan(ctx)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("scan: %v %v", items, err)
+	}
+	old, err := tbl.take(ctx, items[0], "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Checkpoint(ctx, "100"); err != nil {
+		t.Fatalf("owner checkpoint: %v", err)
+	}
+	// A second take with the stale observation must lose.
+	if _, err := tbl.take(ctx, items[0], "late"); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("take with stale counter: want ErrLeaseLost, got %v", err)
+	}
+	cur, err := tbl.get(ctx, "shard-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	thief, err := tbl.take(ctx, cur, "new")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if thief.LastCheckpoint() != "100" {
+		t.Fatalf("new owner resumes after %q, want 100", thief.LastCheckpoint())
+	}
+	if err := old.Checkpoint(ctx, "200"); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("stale owner checkpoint: want ErrLeaseLost, got %v", err)
+	}
+	if err := old.renew(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("stale owner renew: want ErrLeaseLost, got %v", err)
+	}
+	if err := thief.Checkpoint(ctx, "300"); err != nil {
+		t.Fatalf("new owner checkpoint: %v", err)
+	}
+	if got, _ := tbl.get(ctx, "shard-0"); got.Checkpoint != "300" || got.Owner != "new" {
+		t.Fatalf("lease = %+v, want owner new checkpoint 300", got)
+	}
 }

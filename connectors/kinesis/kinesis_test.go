@@ -1,0 +1,12 @@
+package kinesis
+
+import "testing"
+
+// TestKinesis runs every integration test against one kinesis-mock and one
+// dynalite; each subtest has its own stream and lease table.
+func TestKinesis(t *testing.T) {
+	e := newEnv(t)
+	t.Run("LeaseFencing", func(t *testing.T) { testLeaseFencing(t, e.on(t, "share")) })
+	t.Run("ConsumersShareEvenly", func(t *testing.T) { testConsumersShareEvenly(t, e.on(t, "share")) })
+	t.Run("CrashedConsumerLeasesMove", func(t *testing.T) { testCrashedConsumerLeasesMove(t, e.on(t, "crash")) })
+}
