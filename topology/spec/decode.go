@@ -255,11 +255,17 @@ func (d *Decoder) mapping(node *yaml.Node, path string, v reflect.Value) {
 		}
 		seen[k.Value] = true
 		elem := reflect.New(t.Elem()).Elem()
-		if isNull(val) {
-			val = emptyMapping(k)
-		}
+		isStruct := elem.Kind() == reflect.Struct && !custom(elem.Type())
 		if elem.Kind() == reflect.Pointer && elem.Type().Elem().Kind() == reflect.Struct {
 			elem.Set(reflect.New(elem.Type().Elem())) // a null value still gets defaults
+			isStruct = true
+		}
+		if isNull(val) {
+			if !isStruct {
+				d.Report(k, "%s: needs a value", join(path, k.Value))
+				continue
+			}
+			val = emptyMapping(k)
 		}
 		d.value(val, join(path, k.Value), elem, nil)
 		v.SetMapIndex(reflect.ValueOf(k.Value).Convert(t.Key()), elem)
@@ -309,7 +315,7 @@ func (d *Decoder) structs(node *yaml.Node, path string, vals []reflect.Value) {
 			continue
 		}
 		if seen[k.Value] {
-			d.Report(k, "%s%q is set twice", prefix(path), k.Value)
+			d.Report(k, "%s%q is set twice (keep one)", prefix(path), k.Value)
 			continue
 		}
 		seen[k.Value] = true

@@ -135,8 +135,14 @@ code: low
 func TestNegativeDurationAndDuplicates(t *testing.T) {
 	var c config
 	ps := decode(t, "name: n\nwait: -1s\nname: m\nitems:\n  a: {kind: a}\n  a: {kind: b}\n", &c)
+	var m struct {
+		TTL map[string]time.Duration `yaml:"ttl"`
+	}
+	if got := decode(t, "ttl:\n  1m: 24h\n  5m:\n", &m); got.Error() != "f.yaml:3:3: ttl.5m: needs a value" || m.TTL["1m"] != 24*time.Hour {
+		t.Fatalf("map of durations: %v %v", got, m.TTL)
+	}
 	want := "f.yaml:2:7: wait: -1s is negative (use 0 to disable, or a positive duration like 2s)\n" +
-		"f.yaml:3:1: \"name\" is set twice\n" +
+		"f.yaml:3:1: \"name\" is set twice (keep one)\n" +
 		"f.yaml:6:3: items: \"a\" is defined twice (names must be unique)"
 	if ps.Error() != want {
 		t.Fatalf("got:\n%s", ps.Error())
