@@ -53,6 +53,8 @@ type Aggregator struct {
 	dirty  []*keyState // changed since the last Changes call
 	active []*keyState // changed since the last Active call
 
+	orphans map[string][]idChunk // restored id chunks waiting for their key entry
+
 	trade   candle.Trade
 	winPool []*window
 	scratch candle.Candle
@@ -71,9 +73,10 @@ type keyState struct {
 	prevClose decimal.Decimal // close of the last emitted candle
 	lastTS    int64           // largest event time of the key's trades
 
-	pending            int64 // close time that makes this key emit next
-	hidx               int   // index in the heap, -1 when not scheduled
-	curOpen, curClose  int64 // window of the last trade (cache)
+	pending            int64        // close time that makes this key emit next
+	hidx               int          // index in the heap, -1 when not scheduled
+	dropped            []droppedWin // emitted windows whose id chunks must be deleted
+	curOpen, curClose  int64        // window of the last trade (cache)
 	dirty, act, delete bool
 }
 
@@ -183,7 +186,7 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	}
 	w.add(t, v, q)
 	if a.dedupe && t.ID != "" {
-		w.addID(t.ID)
+		w.addID(t.ID, true)
 	}
 	k.curOpen, k.curClose = open, close
 	if !k.started || t.TS > k.lastTS {
@@ -265,9 +268,18 @@ func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 	copy(k.wins, k.wins[1:])
 	k.wins[len(k.wins)-1] = nil
 	k.wins = k.wins[:len(k.wins)-1]
+	a.recycle(k, w)
+	a.touch(k)
+}
+
+// recycle returns w to the pool, remembering its persisted id chunks so the
+// next Changes call deletes them.
+func (a *Aggregator) recycle(k *keyState, w *window) {
+	if w.chunks > 0 {
+		k.dropped = append(k.dropped, droppedWin{w.open, w.chunks})
+	}
 	w.reset()
 	a.winPool = append(a.winPool, w)
-	a.touch(k)
 }
 
 func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
@@ -313,8 +325,7 @@ func (a *Aggregator) deleteKey(k *keyState) {
 	a.heap.remove(k)
 	delete(a.keys, k.key)
 	for _, w := range k.wins {
-		w.reset()
-		a.winPool = append(a.winPool, w)
+		a.recycle(k, w)
 	}
 	k.wins = nil
 	k.delete = true

@@ -127,7 +127,7 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(&b, "entry %q\n", k)
+			fmt.Fprintf(&b, "entry %s\n", fmtEntry(k, h.st[k]))
 		}
 		if len(keys) == 0 {
 			b.WriteString("no state\n")
@@ -261,4 +261,24 @@ func (h *ddHarness) candleJSON(t *testing.T, d *datadriven.TestData, line string
 		}
 	}
 	return c.AppendJSON(nil)
+}
+
+// fmtEntry prints a state entry key readably: p, k BTC, i BTC 10:01:00 #0 (2 ids).
+func fmtEntry(key string, val []byte) string {
+	switch key[0] {
+	case entryPartition:
+		return "p"
+	case entryKey:
+		return "k " + key[1:]
+	case entryIDs:
+		r := reader{b: []byte(key[1:])}
+		name := r.bytes(r.uvarint())
+		open, seq := r.varint(), r.uvarint()
+		ids := 0
+		for v := (reader{b: val}); len(v.b) > 0 && v.err == nil; ids++ {
+			v.bytes(v.uvarint())
+		}
+		return fmt.Sprintf("i %s %s #%d (%d ids)", name, fmtTime(open), seq, ids)
+	}
+	return fmt.Sprintf("%q", key)
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // messy returns a random stream with everything a real one has: out-of-order
@@ -166,12 +165,13 @@ func TestBoundedState(t *testing.T) {
 			st.apply(a)
 		}
 		// Keys that traded within max_idle (+ a window) are alive: ~6 min / 6 s per key.
-		if n := len(st); n > 80 {
-			t.Fatalf("%d state entries after 5000 short-lived keys; want ≤ 80 (keys idle > max_idle must be deleted)", n)
+		if n := st.count(entryKey); n > 80 {
+			t.Fatalf("%d key entries after 5000 short-lived keys; want ≤ 80 (keys idle > max_idle must be deleted)", n)
 		}
 		if n := len(a.keys); n > 80 {
 			t.Fatalf("%d keys in memory; want ≤ 80", n)
 		}
+		checkIDEntries(t, a, st)
 	})
 	t.Run("dedupe ids and windows are dropped when windows close", func(t *testing.T) {
 		a := newAgg(t, tf, func(c *CandleConfig) { c.Lateness = 30 * time.Second; c.GapFill = false })
@@ -198,9 +198,10 @@ func TestBoundedState(t *testing.T) {
 		}
 		end := size()
 		// Two open windows per key at most (lateness 30 s), 12 ids each per minute.
-		if len(st) > 11 || end > 2*mid+1024 || end > 32<<10 {
+		if st.count(entryKey) > 10 || st.count(entryPartition) != 1 || end > 2*mid+1024 || end > 32<<10 {
 			t.Fatalf("state grew with history: %d entries, %d bytes at the end vs %d in the middle", len(st), end, mid)
 		}
+		checkIDEntries(t, a, st)
 		for _, k := range a.keys {
 			if len(k.wins) > 2 {
 				t.Fatalf("key %s holds %d open windows; want ≤ 2", k.key, len(k.wins))
@@ -209,3 +210,27 @@ func TestBoundedState(t *testing.T) {
 	})
 }
 
+func (s store) count(kind byte) (n int) {
+	for k := range s {
+		if k[0] == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// checkIDEntries: with Changes applied after every record each id chunk holds
+// one id, so stored chunks must equal the ids held by open windows exactly:
+// ids of emitted windows are deleted.
+func checkIDEntries(t *testing.T, a *Aggregator, st store) {
+	t.Helper()
+	held := 0
+	for _, k := range a.keys {
+		for _, w := range k.wins {
+			held += len(w.ids) + len(w.longIDs)
+		}
+	}
+	if n := st.count(entryIDs); n != held || held == 0 {
+		t.Fatalf("%d id chunk entries stored, open windows hold %d ids", n, held)
+	}
+}

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,23 +11,41 @@ import (
 
 // State entries (Changes / Restore). Keys:
 //
-//	"p"        the partition: max event time, last record wall time
-//	"k"+key    one key: open windows (with their dedupe ids), previous
-//	           close, next window to emit, last trade time
+//	"p"                          the partition: max event time, last record wall time
+//	"k"+key                      one key: open windows, previous close, next
+//	                             window to emit, last trade time
+//	"i"+len+key+open+seq         one chunk of dedupe ids of one open window
 //
-// Values are a version byte followed by varints and 16-byte decimals. A nil
-// value from Changes means the entry was deleted.
+// Ids go in append-only chunks (one per Changes call that added ids to the
+// window), so a checkpoint writes only the ids that are new, not every id of
+// a busy window again. Values are a version byte (key and partition entries)
+// followed by varints and 16-byte decimals. A nil value from Changes means
+// the entry was deleted.
 const (
 	entryPartition = 'p'
 	entryKey       = 'k'
+	entryIDs       = 'i'
 	stateVersion   = 1
 )
 
 var errCorrupt = errors.New("truncated or corrupt state entry")
 
+// droppedWin is an emitted window whose id chunks are still stored.
+type droppedWin struct {
+	open   int64
+	chunks uint32
+}
+
+// idChunk is an id chunk restored before the window it belongs to.
+type idChunk struct {
+	open int64
+	data []byte
+}
+
 // Changes calls fn with every state entry changed since the last call (val
 // nil = deleted), then forgets them. key and val are only valid during fn.
 func (a *Aggregator) Changes(fn func(key, val []byte)) {
+	clear(a.orphans)
 	if a.partDirty {
 		a.partDirty = false
 		a.kbuf = append(a.kbuf[:0], entryPartition)
@@ -39,18 +58,37 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 	for i, k := range a.dirty {
 		a.dirty[i] = nil
 		k.dirty = false
-		a.kbuf = append(append(a.kbuf[:0], entryKey), k.key...)
-		if k.delete {
-			if cur := a.keys[k.key]; cur != nil && cur != k {
-				continue // the key came back: its new state is written instead
+		for _, d := range k.dropped {
+			for seq := range d.chunks {
+				fn(idsKey(a.kbuf[:0], k.key, d.open, seq), nil)
 			}
-			fn(a.kbuf, nil)
+		}
+		k.dropped = k.dropped[:0]
+		if k.delete {
+			if cur := a.keys[k.key]; cur == nil || cur == k {
+				fn(append(append(a.kbuf[:0], entryKey), k.key...), nil)
+			} // else the key came back: its new state is written instead
 			continue
 		}
+		for _, w := range k.wins {
+			if len(w.unsaved) > 0 {
+				fn(idsKey(a.kbuf[:0], k.key, w.open, w.chunks), w.unsaved)
+				w.chunks++
+				w.unsaved = w.unsaved[:0]
+			}
+		}
 		a.vbuf = encodeKey(a.vbuf[:0], k)
-		fn(a.kbuf, a.vbuf)
+		fn(append(append(a.kbuf[:0], entryKey), k.key...), a.vbuf)
 	}
 	a.dirty = a.dirty[:0]
+}
+
+func idsKey(b []byte, key string, open int64, seq uint32) []byte {
+	b = append(b, entryIDs)
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = binary.AppendVarint(b, open)
+	return binary.AppendUvarint(b, uint64(seq))
 }
 
 // Restore loads one entry produced by Changes. Call it for every stored
@@ -77,8 +115,8 @@ func (a *Aggregator) Restore(key, val []byte) error {
 	case entryKey:
 		name := string(key[1:])
 		if old := a.keys[name]; old != nil {
-			a.deleteKey(old)
-			old.dirty = false
+			a.heap.remove(old)
+			delete(a.keys, name)
 		}
 		if val == nil {
 			return nil
@@ -89,9 +127,46 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		}
 		a.keys[name] = k
 		a.schedule(k)
+		for _, c := range a.orphans[name] {
+			if err := a.restoreIDs(k, c.open, c.data); err != nil {
+				return fmt.Errorf("restore: ids of key %q: %w", name, err)
+			}
+		}
+		delete(a.orphans, name)
+		return nil
+	case entryIDs:
+		r := reader{b: key[1:]}
+		name := string(r.bytes(r.uvarint()))
+		open := r.varint()
+		r.uvarint()
+		if r.err != nil || val == nil {
+			return fmt.Errorf("restore: id chunk entry %q: %w", key, errCorrupt)
+		}
+		if k := a.keys[name]; k != nil {
+			if err := a.restoreIDs(k, open, val); err != nil {
+				return fmt.Errorf("restore: ids of key %q: %w", name, err)
+			}
+			return nil
+		}
+		if a.orphans == nil {
+			a.orphans = make(map[string][]idChunk)
+		}
+		a.orphans[name] = append(a.orphans[name], idChunk{open, bytes.Clone(val)})
 		return nil
 	}
 	return fmt.Errorf("restore: unknown state entry kind %q: was it written by another processor?", key[0])
+}
+
+func (a *Aggregator) restoreIDs(k *keyState, open int64, data []byte) error {
+	w := k.find(open)
+	if w == nil {
+		return fmt.Errorf("no open window at %s for stored ids: the state is inconsistent", fmtMS(open))
+	}
+	r := reader{b: data}
+	for len(r.b) > 0 && r.err == nil {
+		w.addID(string(r.bytes(r.uvarint())), false)
+	}
+	return r.err
 }
 
 func boolBits(a, b bool) byte {
@@ -129,15 +204,7 @@ func encodeKey(b []byte, k *keyState) []byte {
 			b = appendDec(b, d)
 		}
 		b = binary.AppendUvarint(b, uint64(w.n))
-		b = binary.AppendUvarint(b, uint64(w.idCount()))
-		for id := range w.ids {
-			b = binary.AppendUvarint(b, uint64(id.n))
-			b = append(b, id.b[:id.n]...)
-		}
-		for id := range w.longIDs {
-			b = binary.AppendUvarint(b, uint64(len(id)))
-			b = append(b, id...)
-		}
+		b = binary.AppendUvarint(b, uint64(w.chunks))
 	}
 	return b
 }
@@ -163,10 +230,7 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 		w.cTS = w.open + r.varint()
 		w.o, w.h, w.l, w.c, w.v, w.q = r.dec(), r.dec(), r.dec(), r.dec(), r.dec(), r.dec()
 		w.n = int64(r.uvarint())
-		ids := r.uvarint()
-		for j := uint64(0); j < ids && r.err == nil; j++ {
-			w.addID(string(r.bytes(r.uvarint())))
-		}
+		w.chunks = uint32(r.uvarint())
 		k.wins = append(k.wins, w)
 	}
 	if r.err == nil && len(r.b) != 0 {

@@ -1,6 +1,8 @@
 package processors
 
 import (
+	"encoding/binary"
+
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
 )
@@ -15,6 +17,8 @@ type window struct {
 	n           int64
 	ids         map[idKey]struct{} // short ids, stored inline (no allocation)
 	longIDs     map[string]struct{}
+	unsaved     []byte // ids added since the last Changes, each uvarint length + bytes
+	chunks      uint32 // id chunk entries written for this window
 }
 
 // idKey holds a trade id of up to 31 bytes without a heap allocation.
@@ -42,7 +46,12 @@ func (w *window) hasID(id string) bool {
 	return seen
 }
 
-func (w *window) addID(id string) {
+// addID remembers id; save also queues it for the next Changes call.
+func (w *window) addID(id string, save bool) {
+	if save {
+		w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
+		w.unsaved = append(w.unsaved, id...)
+	}
 	if k, ok := makeIDKey(id); ok {
 		if w.ids == nil {
 			w.ids = make(map[idKey]struct{})
@@ -55,8 +64,6 @@ func (w *window) addID(id string) {
 	}
 	w.longIDs[string([]byte(id))] = struct{}{} // copy: id may alias the record
 }
-
-func (w *window) idCount() int { return len(w.ids) + len(w.longIDs) }
 
 // add counts one trade; v and q are the new volume sums, already checked.
 func (w *window) add(t *candle.Trade, v, q decimal.Decimal) {
@@ -83,8 +90,8 @@ func (w *window) add(t *candle.Trade, v, q decimal.Decimal) {
 
 // reset clears w for reuse, keeping its id maps' memory.
 func (w *window) reset() {
-	ids, long := w.ids, w.longIDs
+	ids, long, unsaved := w.ids, w.longIDs, w.unsaved[:0]
 	clear(ids)
 	clear(long)
-	*w = window{ids: ids, longIDs: long}
+	*w = window{ids: ids, longIDs: long, unsaved: unsaved}
 }

@@ -1,0 +1,99 @@
+package processors
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+)
+
+// benchTrades returns n Binance-style trade records over 1000 symbols, in
+// event-time order with small jitter (~50 trades per ms of event time).
+func benchTrades(n int) [][]byte {
+	rng := rand.New(rand.NewPCG(1, 2))
+	recs := make([][]byte, n)
+	ts := baseDay.UnixMilli()
+	for i := range recs {
+		if i%50 == 0 {
+			ts++
+		}
+		sym := rng.IntN(1000)
+		recs[i] = fmt.Appendf(nil, `{"e":"trade","E":%d,"s":"SYM%04dUSDT","t":%d,"p":"%d.%02d","q":"0.%05d","T":%d,"m":%t,"M":true}`,
+			ts+3, sym, 100000000+i, 100+rng.IntN(60000), rng.IntN(100), 1+rng.IntN(99999), ts-rng.Int64N(5), rng.IntN(2) == 0)
+	}
+	return recs
+}
+
+func benchDecoder(b *testing.B) *Decoder {
+	d, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "s", Time: "T", Price: "p", Qty: "q", ID: "t"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// BenchmarkDecode measures the JSON scanner and validation of one trade.
+func BenchmarkDecode(b *testing.B) {
+	recs := benchTrades(1 << 14)
+	d := benchDecoder(b)
+	var t candle.Trade
+	var bytes int64
+	for _, r := range recs {
+		bytes += int64(len(r))
+	}
+	b.SetBytes(bytes / int64(len(recs)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if rej, ok := d.Decode(recs[i&(len(recs)-1)], &t); !ok {
+			b.Fatal(rej.Detail)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "trades/s")
+}
+
+// BenchmarkAggregatorCore measures decode + dedupe + window update (and the
+// closes of 1m windows as event time moves) for ~1000 symbols on one core.
+// DESIGN.md → Performance targets ≥ 5 M trades/s.
+func BenchmarkAggregatorCore(b *testing.B) {
+	const n = 1 << 18
+	recs := benchTrades(n)
+	tf, err := candle.ParseTimeframe("1m", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	build := func() *Aggregator {
+		a, err := NewAggregator(CandleConfig{Timeframe: tf, Lateness: 2 * time.Second, Dedupe: true, GapFill: true,
+			Decoder: benchDecoder(b)}, FixedClock{T: baseDay})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return a
+	}
+	a := build()
+	var out Output
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		j := i & (n - 1)
+		if j == 0 && i > 0 {
+			b.StopTimer() // the stream's event time cannot rewind: start over
+			a = build()
+			b.StartTimer()
+		}
+		a.Process(Record{Offset: int64(i), Value: recs[j]}, &out)
+		if len(out.Rejected) > 0 {
+			b.Fatal(out.Rejected[0].Detail)
+		}
+		if len(out.Candles) > 4096 {
+			out.Reset()
+		}
+		if j&1023 == 0 {
+			a.Changes(func(k, v []byte) {})
+			a.Active(func(c *candle.Candle) {})
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "trades/s")
+}
