@@ -56,12 +56,23 @@ func fromRow(r *row) candle.Candle {
 	}
 }
 
-// encode writes cs (already sorted by open_time) as one Parquet file.
+// pageBytes is the uncompressed page size. parquet-go allocates column
+// buffers of this size per writer, so it is kept below the 256 KiB default
+// (a day of 1m candles is 23 KiB per decimal column). It is a constant:
+// page boundaries are part of the bytes that must be deterministic.
+const pageBytes = 64 << 10
+
+// encode returns cs (already sorted by open_time) as one Parquet file.
+//
+// Each file gets a fresh writer: a reused (Reset) writer carries state
+// such as dictionaries into the next file, and the bytes would then depend
+// on what was flushed before, breaking replay determinism.
 func encode(cs []candle.Candle, rowGroupRows int) ([]byte, error) {
 	var buf bytes.Buffer
 	w := parquet.NewGenericWriter[row](&buf,
 		parquet.Compression(&parquet.Zstd),
 		parquet.MaxRowsPerRowGroup(int64(rowGroupRows)),
+		parquet.PageBufferSize(pageBytes),
 		parquet.CreatedBy("kandle", "", ""),
 	)
 	rows := make([]row, len(cs))
