@@ -2,8 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sort"
-	"time"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
@@ -60,83 +58,44 @@ type graph struct {
 	byName map[string]*stageSpec
 }
 
+// buildGraph resolves t (as returned by topology.Parse, which validated it
+// and filled defaults) into stages in dependency order.
 func buildGraph(t *topology.Topology) (*graph, error) {
 	g := &graph{top: t, byName: map[string]*stageSpec{}}
-	names := make([]string, 0, len(t.Processors))
-	for n := range t.Processors {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		p := t.Processors[n]
-		loc, err := time.LoadLocation(p.Zone)
-		if err != nil {
-			return nil, fmt.Errorf("processor %s: zone %q: %w", n, p.Zone, err)
+	for _, st := range t.Stages() {
+		p := st.Processor
+		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: t.TimeframeOf(p), Rollup: st.Upstream != nil,
+			Input: st.Input, OutputTopic: p.Output.Topic, OutputParts: max(p.Output.Partitions, 1)}
+		if s.Timeframe.N == 0 {
+			return nil, fmt.Errorf("processor %s: invalid timeframe %q (run kandle validate)", st.Name, p.Timeframe)
 		}
-		tf, err := candle.ParseTimeframe(p.Timeframe, loc)
-		if err != nil {
-			return nil, fmt.Errorf("processor %s: %w", n, err)
-		}
-		s := &stageSpec{Name: n, Proc: p, Timeframe: tf, Rollup: p.Kind == "rollup", Input: p.From,
-			OutputTopic: p.Output.Topic, OutputParts: p.Output.Partitions}
-		if s.OutputTopic == "" {
-			s.OutputTopic = t.Name + "." + n
-		}
-		if s.OutputParts < 1 {
-			s.OutputParts = 1
-		}
-		if !s.Rollup {
-			src, ok := t.Sources[p.From]
-			if !ok {
-				return nil, fmt.Errorf("processor %s: no source named %q", n, p.From)
-			}
-			s.InputTopic = src.Topic
-			f := src.Fields
-			s.decoder = processors.DecoderConfig{
-				Fields:         processors.Fields{Key: f.Key, Time: f.Time, Price: f.Price, Qty: f.Qty, ID: f.ID},
-				Symbols:        src.Symbols,
-				MaxRecordBytes: src.MaxRecordBytes,
-			}
-		}
-		g.byName[n] = s
-	}
-	// Resolve rollup inputs and order stages so every upstream comes first.
-	for _, s := range g.byName {
-		if !s.Rollup {
-			continue
-		}
-		up, ok := g.byName[s.Input]
-		if !ok {
-			return nil, fmt.Errorf("rollup %s: no processor named %q", s.Name, s.Input)
-		}
-		s.InputTopic = up.OutputTopic
-		s.from = up.Timeframe
-	}
-	state := map[string]int{}
-	var visit func(s *stageSpec) error
-	visit = func(s *stageSpec) error {
-		switch state[s.Name] {
-		case 1:
-			return fmt.Errorf("processor %s: rollup chain is cyclic", s.Name)
-		case 2:
-			return nil
-		}
-		state[s.Name] = 1
 		if s.Rollup {
-			if err := visit(g.byName[s.Input]); err != nil {
-				return err
+			up, ok := g.byName[st.Input]
+			if !ok {
+				return nil, fmt.Errorf("rollup %s: no processor named %q (run kandle validate)", st.Name, st.Input)
 			}
+			s.InputTopic, s.from = up.OutputTopic, up.Timeframe
+		} else {
+			if st.Source == nil {
+				return nil, fmt.Errorf("processor %s: no source named %q (run kandle validate)", st.Name, st.Input)
+			}
+			s.InputTopic = st.Source.Topic
+			s.decoder = decoderConfig(st.Source)
 		}
-		state[s.Name] = 2
+		g.byName[st.Name] = s
 		g.stages = append(g.stages, s)
-		return nil
-	}
-	for _, n := range names {
-		if err := visit(g.byName[n]); err != nil {
-			return nil, err
-		}
 	}
 	return g, nil
+}
+
+// decoderConfig maps a source's field mapping to the decoder's.
+func decoderConfig(src *topology.Source) processors.DecoderConfig {
+	f := src.Fields
+	return processors.DecoderConfig{
+		Fields:         processors.Fields{Key: f.Key, Time: f.Time, Price: f.Price, Qty: f.Qty, ID: f.ID},
+		Symbols:        src.Symbols,
+		MaxRecordBytes: src.MaxRecordBytes,
+	}
 }
 
 // downstream returns the rollup stages that read stage name's output.
@@ -151,13 +110,7 @@ func (g *graph) downstream(name string) []*stageSpec {
 }
 
 // groupID is the consumer group of a stage or sink.
-func (g *graph) groupID(stage string) string {
-	prefix := g.top.Group
-	if prefix == "" {
-		prefix = "kandle-" + g.top.Name
-	}
-	return prefix + "." + stage
-}
+func (g *graph) groupID(stage string) string { return g.top.Group + "." + stage }
 
 // changelogTopic is the compacted topic holding a stage's state.
 func (g *graph) changelogTopic(stage string) string {
@@ -165,9 +118,4 @@ func (g *graph) changelogTopic(stage string) string {
 }
 
 // deadLetterTopic is the topic rejected records go to.
-func (g *graph) deadLetterTopic() string {
-	if g.top.DeadLetter.Topic != "" {
-		return g.top.DeadLetter.Topic
-	}
-	return g.top.Name + ".dlq"
-}
+func (g *graph) deadLetterTopic() string { return g.top.DeadLetter.Topic }

@@ -26,10 +26,10 @@ type Pipeline struct {
 	buf     []byte
 
 	// OnCandle receives every closed candle of every stage, with the output
-	// partition it belongs to.
-	OnCandle func(stage *stageSpec, c *candle.Candle, partition int32)
+	// topic and partition it belongs to.
+	OnCandle func(stage, topic string, c *candle.Candle, partition int32)
 	// OnReject receives every rejected record of every stage.
-	OnReject func(stage *stageSpec, r *processors.Rejection)
+	OnReject func(stage string, r *processors.Rejection)
 }
 
 // NewPipeline builds an in-process pipeline for t.
@@ -88,7 +88,7 @@ func (p *Pipeline) feedStage(s *stageSpec, rec processors.Record) error {
 func (p *Pipeline) emit(s *stageSpec, out *processors.Output) error {
 	for i := range out.Rejected {
 		if p.OnReject != nil {
-			p.OnReject(s, &out.Rejected[i])
+			p.OnReject(s.Name, &out.Rejected[i])
 		}
 	}
 	down := p.g.downstream(s.Name)
@@ -96,7 +96,7 @@ func (p *Pipeline) emit(s *stageSpec, out *processors.Output) error {
 		c := &out.Candles[i]
 		part := p.parts.partition(s.OutputTopic, c.Symbol, s.OutputParts)
 		if p.OnCandle != nil {
-			p.OnCandle(s, c, part)
+			p.OnCandle(s.Name, s.OutputTopic, c, part)
 		}
 		if len(down) == 0 {
 			continue

@@ -112,17 +112,17 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	if o.From.Kind == BoundTime {
 		emitFrom = o.From.Time.UnixMilli()
 	}
-	p.OnCandle = func(s *stageSpec, c *candle.Candle, _ int32) {
+	p.OnCandle = func(stage, topic string, c *candle.Candle, _ int32) {
 		if c.OpenTime < emitFrom {
 			return
 		}
 		if err == nil {
-			err = o.Out.Candle(s.Name, s.OutputTopic, c)
+			err = o.Out.Candle(stage, topic, c)
 		}
 	}
-	p.OnReject = func(s *stageSpec, r *processors.Rejection) {
+	p.OnReject = func(stage string, r *processors.Rejection) {
 		if err == nil {
-			err = o.Out.DeadLetter(s.Name, r)
+			err = o.Out.DeadLetter(stage, r)
 		}
 	}
 	warm := o.Warmup

@@ -52,11 +52,7 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		if !ok {
 			return nil, fmt.Errorf("sink %s: kind %s cannot take trades from source %q; feed it processors", name, sk.Kind, from)
 		}
-		dec, err := processors.NewDecoder(processors.DecoderConfig{
-			Fields:         processors.Fields{Key: src.Fields.Key, Time: src.Fields.Time, Price: src.Fields.Price, Qty: src.Fields.Qty, ID: src.Fields.ID},
-			Symbols:        src.Symbols,
-			MaxRecordBytes: src.MaxRecordBytes,
-		})
+		dec, err := processors.NewDecoder(decoderConfig(src))
 		if err != nil {
 			return nil, err
 		}
