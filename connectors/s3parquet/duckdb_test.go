@@ -14,6 +14,28 @@ import (
 	"github.com/kandle/kandle/internal/testkit"
 )
 
+// duckQuery asks DuckDB, in one run (each run starts Node), for: every row
+// as text (r), the DuckDB type of every column plus an exact sum (t), and
+// the Parquet schema of every leaf column with its chunks' codecs (s).
+const duckQuery = `
+SELECT 'r' AS k, epoch_ms(open_time) AS ord, to_json(x)::VARCHAR AS j FROM (
+	SELECT symbol, timeframe, epoch_ms(open_time)::VARCHAR AS o, epoch_ms(close_time)::VARCHAR AS c,
+		open::VARCHAR AS op, high::VARCHAR AS hi, low::VARCHAR AS lo, close::VARCHAR AS cl,
+		volume::VARCHAR AS v, quote_volume::VARCHAR AS q, trades::VARCHAR AS n, gap, open_time FROM t) x
+UNION ALL
+SELECT 't', 0, to_json(y)::VARCHAR FROM (
+	SELECT typeof(symbol) AS symbol, typeof(timeframe) AS timeframe, typeof(open_time) AS open_time,
+		typeof(close_time) AS close_time, typeof(open) AS open, typeof(high) AS high, typeof(low) AS low,
+		typeof(close) AS close, typeof(volume) AS volume, typeof(quote_volume) AS quote_volume,
+		typeof(trades) AS trades, typeof(gap) AS gap, (SELECT sum(volume)::VARCHAR FROM t) AS sum FROM t LIMIT 1) y
+UNION ALL
+SELECT 's', 0, to_json(z)::VARCHAR FROM (
+	SELECT s.name, s.type, s.type_length::VARCHAR AS len, s.logical_type::VARCHAR AS logical,
+		s.scale::VARCHAR AS scale, s.precision::VARCHAR AS precision, string_agg(DISTINCT m.compression) AS codecs
+	FROM parquet_schema('FILE') s LEFT JOIN parquet_metadata('FILE') m ON m.path_in_schema = s.name
+	WHERE s.num_children IS NULL OR s.num_children = 0 GROUP BY ALL) z
+ORDER BY k, ord`
+
 // TestDuckDB reads a lake object with an independent Parquet reader
 // (DuckDB, offline) and checks every value, the logical types and that
 // every column chunk is ZSTD-compressed.
@@ -24,13 +46,14 @@ func TestDuckDB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []candle.Candle
-	for _, c := range gen("BTC/USDT") {
-		if c.Timeframe == "1m" && dayOf(c.OpenTime) == dayOf(gen("BTC/USDT")[0].OpenTime)+1 {
+	all := gen("BTC/USDT")
+	var want []candle.Candle // the 1m candles of the middle day
+	for _, c := range all {
+		if c.Timeframe == "1m" && dayOf(c.OpenTime) == dayOf(all[0].OpenTime)+1 {
 			want = append(want, c)
 		}
 	}
-	// One row at the edge of DECIMAL(38,18) and one with a negative value.
+	// One value at the edge of DECIMAL(38,18) and one negative.
 	want[7].QuoteVolume = decimal.MustParse("99999999999999999999.999999999999999999")
 	want[8].Low = decimal.MustParse("-0.000000000000000001")
 	if err := s.Write(ctx, want); err != nil {
@@ -40,7 +63,7 @@ func TestDuckDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Copy the object out of its Hive folders so DuckDB's hive-partition
-	// detection does not replace the symbol column with the escaped folder name.
+	// detection cannot replace the symbol column with the escaped folder name.
 	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(PartitionPath("1m", "BTC/USDT", want[0].OpenTime))))
 	if err != nil {
 		t.Fatal(err)
@@ -50,9 +73,17 @@ func TestDuckDB(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rows := testkit.DuckDB(t, file, `SELECT symbol, timeframe, epoch_ms(open_time)::VARCHAR AS o, epoch_ms(close_time)::VARCHAR AS c,
-		open::VARCHAR AS op, high::VARCHAR AS hi, low::VARCHAR AS lo, close::VARCHAR AS cl,
-		volume::VARCHAR AS v, quote_volume::VARCHAR AS q, trades::VARCHAR AS n, gap FROM t`)
+	byKind := map[string][]string{}
+	for _, line := range testkit.DuckDB(t, file, strings.ReplaceAll(duckQuery, "FILE", file)) {
+		var out struct{ K, J string }
+		if err := json.Unmarshal([]byte(line), &out); err != nil {
+			t.Fatalf("duckdb line %s: %v", line, err)
+		}
+		byKind[out.K] = append(byKind[out.K], out.J)
+	}
+
+	// Every value, exactly.
+	rows := byKind["r"]
 	if len(rows) != len(want) {
 		t.Fatalf("duckdb read %d rows, want %d", len(rows), len(want))
 	}
@@ -64,7 +95,6 @@ func TestDuckDB(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
 			t.Fatalf("row %d %s: %v", i, line, err)
 		}
-		w := want[i]
 		dec := func(s string) decimal.Decimal {
 			d, err := decimal.Parse([]byte(s))
 			if err != nil {
@@ -82,73 +112,60 @@ func TestDuckDB(t *testing.T) {
 		got := candle.Candle{Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: num(r.O), CloseTime: num(r.C),
 			Open: dec(r.Op), High: dec(r.Hi), Low: dec(r.Lo), Close: dec(r.Cl), Volume: dec(r.V), QuoteVolume: dec(r.Q),
 			Trades: num(r.N), Gap: r.Gap}
-		if got != w {
-			t.Fatalf("row %d: duckdb says\n %+v\nwant\n %+v\n(%s)", i, got, w, line)
+		if got != want[i] {
+			t.Fatalf("row %d: duckdb says\n %+v\nwant\n %+v\n(%s)", i, got, want[i], line)
 		}
 	}
 
-	types := testkit.DuckDB(t, file, `SELECT typeof(symbol) AS symbol, typeof(timeframe) AS timeframe,
-		typeof(open_time) AS open_time, typeof(close_time) AS close_time, typeof(open) AS open, typeof(high) AS high,
-		typeof(low) AS low, typeof(close) AS close, typeof(volume) AS volume, typeof(quote_volume) AS quote_volume,
-		typeof(trades) AS trades, typeof(gap) AS gap, (SELECT sum(volume)::VARCHAR FROM t) AS sum FROM t LIMIT 1`)
-	wantTypes := map[string]string{"symbol": "VARCHAR", "timeframe": "VARCHAR",
+	// DuckDB's types, and an exact sum in DuckDB's own DECIMAL arithmetic.
+	var types map[string]string
+	if len(byKind["t"]) != 1 || json.Unmarshal([]byte(byKind["t"][0]), &types) != nil {
+		t.Fatalf("typeof: %q", byKind["t"])
+	}
+	for col, w := range map[string]string{"symbol": "VARCHAR", "timeframe": "VARCHAR",
 		"open_time": "TIMESTAMP WITH TIME ZONE", "close_time": "TIMESTAMP WITH TIME ZONE",
 		"open": "DECIMAL(38,18)", "high": "DECIMAL(38,18)", "low": "DECIMAL(38,18)", "close": "DECIMAL(38,18)",
-		"volume": "DECIMAL(38,18)", "quote_volume": "DECIMAL(38,18)", "trades": "BIGINT", "gap": "BOOLEAN"}
-	var gotTypes map[string]string
-	if len(types) != 1 || json.Unmarshal([]byte(types[0]), &gotTypes) != nil {
-		t.Fatalf("typeof: %q", types)
+		"volume": "DECIMAL(38,18)", "quote_volume": "DECIMAL(38,18)", "trades": "BIGINT", "gap": "BOOLEAN"} {
+		if types[col] != w {
+			t.Errorf("column %s: duckdb type %q, want %q", col, types[col], w)
+		}
 	}
-	// Exact sums in the reader too (DECIMAL arithmetic, no floats).
 	var sum decimal.Decimal
 	for _, c := range want {
 		sum, _ = sum.Add(c.Volume)
 	}
-	if d, err := decimal.Parse([]byte(gotTypes["sum"])); err != nil || d != sum {
-		t.Errorf("duckdb sum(volume) = %s, want %s", gotTypes["sum"], sum)
-	}
-	for col, w := range wantTypes {
-		if gotTypes[col] != w {
-			t.Errorf("column %s: duckdb type %q, want %q", col, gotTypes[col], w)
-		}
+	if d, err := decimal.Parse([]byte(types["sum"])); err != nil || d != sum {
+		t.Errorf("duckdb sum(volume) = %s, want %s", types["sum"], sum)
 	}
 
-	// The Parquet schema itself (physical and logical types), and every
-	// column chunk's codec.
-	schema := testkit.DuckDB(t, file, `SELECT s.name, s.type, s.type_length::VARCHAR AS len,
-		s.logical_type::VARCHAR AS logical, s.scale::VARCHAR AS scale, s.precision::VARCHAR AS precision,
-		string_agg(DISTINCT m.compression) AS codecs
-		FROM parquet_schema('`+file+`') s LEFT JOIN parquet_metadata('`+file+`') m ON m.path_in_schema = s.name
-		WHERE s.num_children IS NULL OR s.num_children = 0
-		GROUP BY ALL ORDER BY s.name`)
-	got := map[string]map[string]string{}
-	for _, l := range schema {
+	// The Parquet schema (physical and logical types) and codecs.
+	schema := map[string]map[string]string{}
+	for _, l := range byKind["s"] {
 		var m map[string]string
 		if err := json.Unmarshal([]byte(l), &m); err != nil {
 			t.Fatalf("parquet_schema row %s: %v", l, err)
 		}
-		got[m["name"]] = m
+		schema[m["name"]] = m
 		if m["codecs"] != "ZSTD" {
 			t.Errorf("column %s compressed with %q, want ZSTD", m["name"], m["codecs"])
 		}
 	}
 	for _, col := range []string{"open", "high", "low", "close", "volume", "quote_volume"} {
-		m := got[col]
+		m := schema[col]
 		if m["type"] != "FIXED_LEN_BYTE_ARRAY" || m["len"] != "16" || m["scale"] != "18" || m["precision"] != "38" ||
 			!strings.Contains(m["logical"], "DecimalType") {
 			t.Errorf("parquet_schema %s = %v, want FIXED_LEN_BYTE_ARRAY(16) DECIMAL(38,18)", col, m)
 		}
 	}
 	for _, col := range []string{"open_time", "close_time"} {
-		m := got[col]
+		m := schema[col]
 		if m["type"] != "INT64" || !contains(m["logical"], "TimestampType", "isAdjustedToUTC=1", "MILLIS") {
 			t.Errorf("parquet_schema %s = %v, want INT64 TIMESTAMP(MILLIS, UTC)", col, m)
 		}
 	}
-	if len(got) != 12 {
-		t.Errorf("parquet_schema has %d leaf columns, want 12: %v", len(got), schema)
+	if len(schema) != 12 {
+		t.Errorf("parquet_schema has %d leaf columns, want 12: %v", len(schema), byKind["s"])
 	}
-	t.Logf("schema: %s", strings.Join(schema, "\n"))
 }
 
 func contains(s string, subs ...string) bool {
