@@ -212,7 +212,8 @@ func (s *scanner) object(nodes []pathNode, depth int) bool {
 		var node *pathNode
 		if len(nodes) > 0 && !esc {
 			for i := range nodes {
-				if nodes[i].name == string(name) {
+				n := nodes[i].name // cheap checks first: most members do not match
+				if len(n) == len(name) && len(n) > 0 && n[0] == name[0] && n == string(name) {
 					node = &nodes[i]
 					break
 				}

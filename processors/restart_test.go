@@ -227,7 +227,7 @@ func checkIDEntries(t *testing.T, a *Aggregator, st store) {
 	held := 0
 	for _, k := range a.keys {
 		for _, w := range k.wins {
-			held += len(w.ids) + len(w.longIDs)
+			held += len(w.nums) + len(w.numIDs) + len(w.ids) + len(w.longIDs)
 		}
 	}
 	if n := st.count(entryIDs); n != held || held == 0 {

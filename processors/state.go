@@ -60,25 +60,29 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		k.dirty = false
 		for _, d := range k.dropped {
 			for seq := range d.chunks {
-				fn(idsKey(a.kbuf[:0], k.key, d.open, seq), nil)
+				a.kbuf = idsKey(a.kbuf[:0], k.key, d.open, seq)
+				fn(a.kbuf, nil)
 			}
 		}
 		k.dropped = k.dropped[:0]
 		if k.delete {
 			if cur := a.keys[k.key]; cur == nil || cur == k {
-				fn(append(append(a.kbuf[:0], entryKey), k.key...), nil)
+				a.kbuf = append(append(a.kbuf[:0], entryKey), k.key...)
+				fn(a.kbuf, nil)
 			} // else the key came back: its new state is written instead
 			continue
 		}
 		for _, w := range k.wins {
 			if len(w.unsaved) > 0 {
-				fn(idsKey(a.kbuf[:0], k.key, w.open, w.chunks), w.unsaved)
+				a.kbuf = idsKey(a.kbuf[:0], k.key, w.open, w.chunks)
+				fn(a.kbuf, w.unsaved)
 				w.chunks++
 				w.unsaved = w.unsaved[:0]
 			}
 		}
 		a.vbuf = encodeKey(a.vbuf[:0], k)
-		fn(append(append(a.kbuf[:0], entryKey), k.key...), a.vbuf)
+		a.kbuf = append(append(a.kbuf[:0], entryKey), k.key...)
+		fn(a.kbuf, a.vbuf)
 	}
 	a.dirty = a.dirty[:0]
 }

@@ -2,6 +2,7 @@ package processors
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
@@ -15,7 +16,9 @@ type window struct {
 	oTS, cTS    int64 // event times of the open and close trades
 	v, q        decimal.Decimal
 	n           int64
-	ids         map[idKey]struct{} // short ids, stored inline (no allocation)
+	nums        []uint64            // canonical decimal ids ("123") while they arrive ascending
+	numIDs      map[uint64]struct{} // canonical decimal ids that arrived out of order
+	ids         map[idKey]struct{}  // other short ids, stored inline (no allocation)
 	longIDs     map[string]struct{}
 	unsaved     []byte // ids added since the last Changes, each uvarint length + bytes
 	chunks      uint32 // id chunk entries written for this window
@@ -37,7 +40,34 @@ func makeIDKey(id string) (idKey, bool) {
 	return k, true
 }
 
+// numericID parses a canonical decimal id (no sign, no leading zero, at most
+// 19 digits). Such ids map one-to-one onto uint64, so "7" and 7 match while
+// "07" stays a different (string) id.
+func numericID(id string) (uint64, bool) {
+	if len(id) == 0 || len(id) > 19 || (id[0] == '0' && len(id) > 1) {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}
+
 func (w *window) hasID(id string) bool {
+	if n, ok := numericID(id); ok {
+		if l := len(w.nums); l > 0 && n <= w.nums[l-1] {
+			if _, found := slices.BinarySearch(w.nums, n); found {
+				return true
+			}
+		}
+		_, seen := w.numIDs[n] // nil map: false
+		return seen
+	}
 	if k, ok := makeIDKey(id); ok {
 		_, seen := w.ids[k]
 		return seen
@@ -51,6 +81,19 @@ func (w *window) addID(id string, save bool) {
 	if save {
 		w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
 		w.unsaved = append(w.unsaved, id...)
+	}
+	if n, ok := numericID(id); ok {
+		// Exchanges number trades in order: the common case is an append to
+		// a sorted slice, no hashing. Out-of-order ids go to a map.
+		if l := len(w.nums); l == 0 || n > w.nums[l-1] {
+			w.nums = append(w.nums, n)
+			return
+		}
+		if w.numIDs == nil {
+			w.numIDs = make(map[uint64]struct{})
+		}
+		w.numIDs[n] = struct{}{}
+		return
 	}
 	if k, ok := makeIDKey(id); ok {
 		if w.ids == nil {
@@ -90,8 +133,9 @@ func (w *window) add(t *candle.Trade, v, q decimal.Decimal) {
 
 // reset clears w for reuse, keeping its id maps' memory.
 func (w *window) reset() {
-	ids, long, unsaved := w.ids, w.longIDs, w.unsaved[:0]
+	nums, numIDs, ids, long, unsaved := w.nums[:0], w.numIDs, w.ids, w.longIDs, w.unsaved[:0]
+	clear(numIDs)
 	clear(ids)
 	clear(long)
-	*w = window{ids: ids, longIDs: long, unsaved: unsaved}
+	*w = window{nums: nums, numIDs: numIDs, ids: ids, longIDs: long, unsaved: unsaved}
 }
