@@ -141,8 +141,9 @@ func buildClient(ctx context.Context, cfg Config, o options) (API, error) {
 func (s *Sink) Client() API { return s.client }
 
 // Write buffers candles as upserts keyed by their rendered pk/sk and sends
-// full buffers. Candles that can never be stored come back in a
-// *RejectedError; the rest are buffered or written.
+// full buffers. Candles that can never be stored (too large, or a key that
+// renders empty) come back in a *RejectedError; the rest are buffered or
+// written.
 func (s *Sink) Write(ctx context.Context, cs []candle.Candle) error {
 	if s.candleErr != nil {
 		return s.candleErr
@@ -168,10 +169,7 @@ func (s *Sink) add(ctx context.Context, n int, conv func(int) (pending, error)) 
 	var rej RejectedError
 	for i := 0; i < n; i++ {
 		p, err := conv(i)
-		if err != nil {
-			if !errors.Is(err, ErrItemTooLarge) {
-				return fmt.Errorf("dynamodb sink %s: %w", s.cfg.Table.Name, err)
-			}
+		if err != nil { // too large, or a key that renders empty
 			rej.add(p, err)
 			s.m.errors.WithLabelValues(s.cfg.Table.Name, "rejected").Inc()
 			continue

@@ -229,8 +229,15 @@ func TestTooLargeRejected(t *testing.T) {
 	if err := h2.sink.Write(ctx, []candle.Candle{long}); !errors.As(err, &rej) || len(rej.Candles) != 1 {
 		t.Fatalf("Write with a 3000-byte pk = %v, want a RejectedError", err)
 	}
-	if got := metric(t, h2.reg, "kandle_dynamodb_errors_total", "kind", "rejected"); got != 1 {
-		t.Fatalf("rejected metric %v, want 1", got)
+	// A key that renders empty (no symbol) can never be written either.
+	empty := cs[0]
+	empty.Symbol = ""
+	h2.sink.pk, _ = parseTemplate("{symbol}")
+	if err := h2.sink.Write(ctx, []candle.Candle{empty}); !errors.As(err, &rej) || len(rej.Candles) != 1 {
+		t.Fatalf("Write with an empty pk = %v, want a RejectedError", err)
+	}
+	if got := metric(t, h2.reg, "kandle_dynamodb_errors_total", "kind", "rejected"); got != 2 {
+		t.Fatalf("rejected metric %v, want 2", got)
 	}
 }
 
