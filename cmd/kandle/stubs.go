@@ -5,7 +5,6 @@ import (
 	"errors"
 )
 
-func cmdTest(ctx context.Context, e *env, args []string) error    { return errors.New("todo") }
 func cmdOffsets(ctx context.Context, e *env, args []string) error { return errors.New("todo") }
 func cmdTables(ctx context.Context, e *env, args []string) error  { return errors.New("todo") }
 func cmdQuery(ctx context.Context, e *env, args []string) error   { return errors.New("todo") }
