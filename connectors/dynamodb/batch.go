@@ -93,7 +93,7 @@ func (s *Sink) flushLocked(ctx context.Context) error {
 		}
 	}
 	s.m.buffered.WithLabelValues(s.cfg.Table.Name).Set(float64(len(s.buf)))
-	if n := len(rej.Candles) + len(rej.Trades); n > 0 {
+	if n := len(rej.CandleErrs) + len(rej.TradeErrs); n > 0 {
 		s.m.errors.WithLabelValues(s.cfg.Table.Name, "rejected").Add(float64(n))
 	}
 	return errors.Join(append(errs, rej.orNil())...)

@@ -2,6 +2,7 @@ package dynamodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -43,6 +44,12 @@ func TestTradeLedgerSchema(t *testing.T) {
 		if err := h.sink.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+	huge := candle.Trade{Key: "BTC", TS: base, Price: dec("1"), Qty: dec("1"), ID: strings.Repeat("z", 2000)}
+	var rej *RejectedError
+	if err := h.sink.WriteTrades(ctx, []candle.Trade{huge}); !errors.As(err, &rej) || len(rej.Trades()) != 1 ||
+		!errors.Is(rej.TradeErrs[0].Err, ErrItemTooLarge) {
+		t.Fatalf("WriteTrades with a 2000-byte sort key = %v, want a RejectedError", err)
 	}
 	if err := h.sink.Write(ctx, genCandles([]string{"BTC"}, []string{"1m"}, 1, 1)); err == nil ||
 		!strings.Contains(err.Error(), "{trade_id}") {

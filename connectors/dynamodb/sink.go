@@ -177,6 +177,9 @@ func (s *Sink) add(ctx context.Context, n int, conv func(int) (pending, error)) 
 		s.buf = append(s.buf, p)
 	}
 	s.m.buffered.WithLabelValues(s.cfg.Table.Name).Set(float64(len(s.buf)))
+	if err := rej.orNil(); err != nil {
+		s.log.Warn("dynamodb sink rejected items it can never store; returning them for dead-lettering", "err", err)
+	}
 	var err error
 	if len(s.buf) >= s.cfg.BufferItems {
 		err = s.flushLocked(ctx)

@@ -210,9 +210,19 @@ func TestTooLargeRejected(t *testing.T) {
 	huge.Symbol = strings.Repeat("X", 410*1024)
 	err := h.sink.Write(ctx, []candle.Candle{cs[0], huge, cs[2]})
 	var rej *RejectedError
-	if !errors.As(err, &rej) || len(rej.Candles) != 1 || rej.Candles[0].Candle.OpenTime != huge.OpenTime ||
-		!errors.Is(rej.Candles[0].Err, ErrItemTooLarge) {
+	if !errors.As(err, &rej) || len(rej.CandleErrs) != 1 || rej.CandleErrs[0].Candle.OpenTime != huge.OpenTime ||
+		!errors.Is(rej.CandleErrs[0].Err, ErrItemTooLarge) {
 		t.Fatalf("Write = %v, want a RejectedError for the huge candle", err)
+	}
+	// The engine finds rejections through an interface (it must not import
+	// this package), also inside joined errors.
+	var engineView interface {
+		error
+		Candles() []candle.Candle
+	}
+	if !errors.As(errors.Join(errors.New("other"), err), &engineView) || len(engineView.Candles()) != 1 ||
+		engineView.Candles()[0].Symbol != huge.Symbol {
+		t.Fatalf("RejectedError does not satisfy the engine's RejectedCandles view")
 	}
 	if err := h.sink.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -226,14 +236,14 @@ func TestTooLargeRejected(t *testing.T) {
 	h2 := newSink(t, cfg2, nil)
 	long := cs[0]
 	long.Symbol = strings.Repeat("Y", 3000)
-	if err := h2.sink.Write(ctx, []candle.Candle{long}); !errors.As(err, &rej) || len(rej.Candles) != 1 {
+	if err := h2.sink.Write(ctx, []candle.Candle{long}); !errors.As(err, &rej) || len(rej.CandleErrs) != 1 {
 		t.Fatalf("Write with a 3000-byte pk = %v, want a RejectedError", err)
 	}
 	// A key that renders empty (no symbol) can never be written either.
 	empty := cs[0]
 	empty.Symbol = ""
 	h2.sink.pk, _ = parseTemplate("{symbol}")
-	if err := h2.sink.Write(ctx, []candle.Candle{empty}); !errors.As(err, &rej) || len(rej.Candles) != 1 {
+	if err := h2.sink.Write(ctx, []candle.Candle{empty}); !errors.As(err, &rej) || len(rej.CandleErrs) != 1 {
 		t.Fatalf("Write with an empty pk = %v, want a RejectedError", err)
 	}
 	if got := metric(t, h2.reg, "kandle_dynamodb_errors_total", "kind", "rejected"); got != 2 {
@@ -259,7 +269,7 @@ func TestValidationErrorIsolatesItem(t *testing.T) {
 	}
 	err := h.sink.Flush(ctx)
 	var rej *RejectedError
-	if !errors.As(err, &rej) || len(rej.Candles) != 1 || rej.Candles[0].Candle != cs[7] {
+	if !errors.As(err, &rej) || len(rej.CandleErrs) != 1 || rej.CandleErrs[0].Candle != cs[7] {
 		t.Fatalf("Flush = %v, want a RejectedError for candle 7", err)
 	}
 	if n := len(partitionItems(t, h.raw, "valid", "pk", "BTC#1m")); n != 19 {
