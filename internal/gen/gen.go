@@ -428,7 +428,8 @@ func appendFixed(b []byte, v int64, places int) []byte {
 	p := pow10(places)
 	b = strconv.AppendInt(b, v/p, 10)
 	b = append(b, '.')
-	frac := strconv.AppendInt(nil, v%p+p, 10) // leading 1 keeps the zeros
+	var tmp [24]byte
+	frac := strconv.AppendInt(tmp[:0], v%p+p, 10) // leading 1 keeps the zeros
 	return append(b, frac[1:]...)
 }
 

@@ -377,3 +377,16 @@ func TestRegisterFlags(t *testing.T) {
 		t.Errorf("-start now: %v, %v", c2.Start, err)
 	}
 }
+
+func BenchmarkNext(b *testing.B) {
+	cfg := DefaultConfig()
+	cfg.Count, cfg.DupRate, cfg.MalformedRate, cfg.Disorder = 0, 0.01, 0.001, time.Second
+	g, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		g.Next()
+	}
+}
