@@ -171,6 +171,8 @@ type faultAPI struct {
 	forceLim  int32 // when > 0, Query pages hold at most this many items
 	validate  func(map[string]types.AttributeValue) bool
 	mutations int // successful CreateTable/UpdateTable/UpdateTimeToLive
+	inflight  int // BatchWriteItem calls running now
+	maxFlight int // the most that ran at once
 }
 
 func newFaultAPI(inner API) *faultAPI { return &faultAPI{API: inner, calls: map[string]int{}} }
@@ -195,6 +197,15 @@ func (f *faultAPI) Mutations() int {
 
 func (f *faultAPI) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error) {
 	f.count("BatchWriteItem")
+	f.mu.Lock()
+	f.inflight++
+	f.maxFlight = max(f.maxFlight, f.inflight)
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inflight--
+		f.mu.Unlock()
+	}()
 	var table string
 	var reqs []types.WriteRequest
 	for k, v := range in.RequestItems {
@@ -307,3 +318,48 @@ func (a *ttlAPI) DescribeTimeToLive(_ context.Context, in *dynamodb.DescribeTime
 }
 
 var _ = testkit.FreePort
+
+// gsiAPI emulates what AWS does and dynalite does not: UpdateTable with a
+// GSI Create adds the index, listed as CREATING for the first `creating`
+// DescribeTable calls and ACTIVE afterwards.
+type gsiAPI struct {
+	API
+	mu       sync.Mutex
+	creating int
+	added    map[string]types.GlobalSecondaryIndexDescription
+}
+
+func (g *gsiAPI) UpdateTable(_ context.Context, in *dynamodb.UpdateTableInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateTableOutput, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.added == nil {
+		g.added = map[string]types.GlobalSecondaryIndexDescription{}
+	}
+	for _, u := range in.GlobalSecondaryIndexUpdates {
+		if u.Create != nil {
+			g.added[*u.Create.IndexName] = types.GlobalSecondaryIndexDescription{
+				IndexName: u.Create.IndexName, KeySchema: u.Create.KeySchema, Projection: u.Create.Projection,
+				IndexStatus: types.IndexStatusCreating}
+		}
+	}
+	return &dynamodb.UpdateTableOutput{}, nil
+}
+
+func (g *gsiAPI) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, o ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	out, err := g.API.DescribeTable(ctx, in, o...)
+	if err != nil {
+		return out, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for name, ix := range g.added {
+		if g.creating > 0 {
+			g.creating--
+		} else {
+			ix.IndexStatus = types.IndexStatusActive
+			g.added[name] = ix
+		}
+		out.Table.GlobalSecondaryIndexes = append(out.Table.GlobalSecondaryIndexes, ix)
+	}
+	return out, nil
+}

@@ -156,3 +156,35 @@ func TestApplyRejectsInvalidSpec(t *testing.T) {
 		t.Fatal("unexpected error type")
 	}
 }
+
+// TestApplyAddGSIOnAWS: against an endpoint that creates GSIs as AWS does,
+// Apply waits until the new index is ACTIVE, reports it done, and the next
+// run is a no-op.
+func TestApplyAddGSIOnAWS(t *testing.T) {
+	ctx := context.Background()
+	dyn := testkit.Dynalite(t)
+	g := &gsiAPI{API: rawClient(dyn.URL()), creating: 3}
+	f := newFaultAPI(g)
+	full := historySpec("aws")
+	full.TTLAttribute = ""
+	bare := full
+	bare.GSIs = nil
+	if _, err := Apply(ctx, f, []TableSpec{bare}, false, WithLogger(quietLogger())); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Apply(ctx, f, []TableSpec{full}, false, WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Steps) != 1 || plan.Steps[0].Status != StatusDone || len(plan.Warnings) != 0 {
+		t.Fatalf("add GSI:\n%s", plan)
+	}
+	if g.creating != 0 {
+		t.Fatalf("Apply returned while the index was still CREATING")
+	}
+	calls := f.Calls("UpdateTable")
+	plan, err = Apply(ctx, f, []TableSpec{full}, false, WithLogger(quietLogger()))
+	if err != nil || plan.Changed() || f.Calls("UpdateTable") != calls || len(plan.UpToDate) != 1 {
+		t.Fatalf("second Apply (%v, UpdateTable %d -> %d):\n%s", err, calls, f.Calls("UpdateTable"), plan)
+	}
+}

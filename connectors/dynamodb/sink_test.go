@@ -129,6 +129,7 @@ func TestRetriesThrottlingAndUnprocessed(t *testing.T) {
 	ctx := context.Background()
 	dyn := testkit.Dynalite(t)
 	cfg := historyConfig("retries", dyn.URL())
+	cfg.MaxInFlight = 2
 	var f *faultAPI
 	h := newSink(t, cfg, func(a API) API {
 		f = newFaultAPI(a)
@@ -155,6 +156,9 @@ func TestRetriesThrottlingAndUnprocessed(t *testing.T) {
 	}
 	if got := metric(t, h.reg, "kandle_dynamodb_items_written_total"); got != 120 {
 		t.Fatalf("items written %v, want 120", got)
+	}
+	if f.maxFlight > 2 || f.maxFlight < 1 {
+		t.Fatalf("%d BatchWriteItem calls in flight at once, max_in_flight is 2", f.maxFlight)
 	}
 }
 
