@@ -10,10 +10,10 @@ import (
 )
 
 // Active records the newest state of an open candle. It never blocks and
-// never fails: the candle replaces any pending one for the same (timeframe,
-// symbol, open_time) and is sent with the next coalesced flush (immediately when
-// Config.Coalesce is 0). Invalid candles and calls after Close are dropped
-// and counted.
+// never fails: the candle replaces any pending one for the same window
+// (timeframe, symbol, open_time) and is sent with the next coalesced flush
+// (at once when Config.Coalesce is 0). Invalid candles and calls after Close
+// are dropped and counted.
 func (s *Sink) Active(c candle.Candle) {
 	if invalid(&c) != "" {
 		s.m.dropped.Inc()
@@ -64,7 +64,7 @@ func (s *Sink) FlushActive(ctx context.Context) error {
 }
 
 // loop is the one goroutine that sends active candles. It owns newest and
-// the batch buffers; it exits when stop is closed.
+// the batch buffers; it exits when Close cancels s.ctx.
 func (s *Sink) loop() {
 	defer close(s.done)
 	defer func() { // Close during an outage: what is left never reaches Valkey
@@ -73,13 +73,7 @@ func (s *Sink) loop() {
 		clear(s.pending)
 		s.amu.Unlock()
 	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { // ends in-flight round trips when the sink closes
-		<-s.stop
-		cancel()
-	}()
-
+	ctx := s.ctx // cancelled by Close; also ends an in-flight round trip
 	a := &activeWriter{s: s, newest: make(map[key]int64)}
 	var tick <-chan time.Time
 	if s.cfg.Coalesce > 0 {
@@ -91,7 +85,7 @@ func (s *Sink) loop() {
 	for {
 		var reply chan error
 		select {
-		case <-s.stop:
+		case <-ctx.Done():
 			return
 		case <-tick:
 		case <-s.wake:
@@ -106,7 +100,7 @@ func (s *Sink) loop() {
 			continue
 		}
 		if fails%20 == 0 {
-			s.log.Warn("valkey unreachable, active candles are being dropped until it is back", "err", err, "attempt", fails+1)
+			s.log.Warn("valkey unreachable; holding the newest active candle per window until it is back", "err", err, "attempt", fails+1)
 		}
 		fails++
 		if !sleep(ctx, backoff(fails-1)) {

@@ -33,7 +33,8 @@ type Sink struct {
 	closed  bool
 	wake    chan struct{}
 	flushes chan chan error
-	stop    chan struct{}
+	ctx     context.Context // ends the flush goroutine
+	cancel  context.CancelFunc
 	done    chan struct{}
 
 	// final path
@@ -59,12 +60,13 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	for _, fn := range opts {
 		fn(&o)
 	}
-	m, err := newMetrics(o.reg)
+	client, err := newClient(ctx, &cfg, o.clientOpt)
 	if err != nil {
 		return nil, err
 	}
-	client, err := newClient(ctx, &cfg, o.clientOpt)
+	m, err := newMetrics(o.reg)
 	if err != nil {
+		client.Close()
 		return nil, err
 	}
 	s := &Sink{
@@ -77,9 +79,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		pending: make(map[window]candle.Candle),
 		wake:    make(chan struct{}, 1),
 		flushes: make(chan chan error),
-		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	go s.loop()
 	return s, nil
 }
@@ -209,7 +211,7 @@ func (s *Sink) Close(ctx context.Context) error {
 		s.amu.Unlock()
 		s.fmu.Unlock()
 		aerr := s.FlushActive(ctx)
-		close(s.stop)
+		s.cancel()
 		<-s.done
 		s.client.Close()
 		s.closeErr = errors.Join(ferr, aerr)
