@@ -123,3 +123,37 @@ func testLeaseFencing(t *testing.T, e *env) {
 		t.Fatalf("lease = %+v, want owner new checkpoint 300", got)
 	}
 }
+
+// resumeHandler resumes after a position it keeps itself (newer than the lease).
+type resumeHandler struct {
+	recorder
+	after string
+}
+
+func (h *resumeHandler) Open(ctx context.Context, s Shard) (string, error) {
+	h.recorder.Open(ctx, s)
+	return h.after, nil
+}
+
+// Open's resumeAfter wins over the lease checkpoint.
+func testResumeFromHandler(t *testing.T, e *env) {
+	e.put(t, 3, 0, 100)
+	var seqs []string
+	if err := ReadRange(context.Background(), e.kin, e.stream, Position{TrimHorizon: true}, func(s Shard, b Batch) error {
+		for _, r := range b.Records {
+			seqs = append(seqs, r.Seq)
+		}
+		return nil
+	}); err != nil || len(seqs) != 100 {
+		t.Fatalf("read %d: %v", len(seqs), err)
+	}
+	h := &resumeHandler{after: seqs[59]}
+	run := e.startConsumerH(t, "r", h)
+	eventually(t, 10*time.Second, "40 records", func() bool { return len(payloads(h.snapshot())) >= 40 })
+	time.Sleep(200 * time.Millisecond) // a few more polls: nothing else may arrive
+	run.close(t)
+	p := payloads(h.snapshot())
+	if len(p) != 40 || p[0] != "k0:60" {
+		t.Fatalf("resumed with %d records starting %q, want 40 from k0:60", len(p), p[0])
+	}
+}

@@ -32,7 +32,7 @@ type env struct {
 }
 
 // streams pre-created in kinesis-mock, one per subtest.
-const streams = "share:4,crash:4,split:1,range:3,sink:2"
+const streams = "share:4,crash:4,split:1,range:3,sink:2,flaky:2,resume:1"
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
@@ -225,6 +225,13 @@ type consumerRun struct {
 
 func (e *env) startConsumer(t *testing.T, owner string, h *recorder) *consumerRun {
 	t.Helper()
+	r := e.startConsumerH(t, owner, h)
+	r.h = h
+	return r
+}
+
+func (e *env) startConsumerH(t *testing.T, owner string, h Handler) *consumerRun {
+	t.Helper()
 	c, err := NewConsumer(e.kin, e.ddb, ConsumerConfig{
 		Stream: e.stream, LeaseTable: e.table, Owner: owner,
 		LeaseDuration: time.Second, ShardSyncInterval: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond,
@@ -233,7 +240,7 @@ func (e *env) startConsumer(t *testing.T, owner string, h *recorder) *consumerRu
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &consumerRun{c: c, h: h, stop: cancel, done: make(chan error, 1)}
+	r := &consumerRun{c: c, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()
 	t.Cleanup(func() { r.close(t) })
 	return r
