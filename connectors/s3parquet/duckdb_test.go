@@ -16,7 +16,8 @@ import (
 
 // duckQuery asks DuckDB, in one run (each run starts Node), for: every row
 // as text (r), the DuckDB type of every column plus an exact sum (t), and
-// the Parquet schema of every leaf column with its chunks' codecs (s).
+// the Parquet schema of every leaf column with its chunks' codecs (s), and
+// counts per series over the whole lake read as a Hive-partitioned dataset (h).
 const duckQuery = `
 SELECT 'r' AS k, epoch_ms(open_time) AS ord, to_json(x)::VARCHAR AS j FROM (
 	SELECT symbol, timeframe, epoch_ms(open_time)::VARCHAR AS o, epoch_ms(close_time)::VARCHAR AS c,
@@ -34,12 +35,17 @@ SELECT 's', 0, to_json(z)::VARCHAR FROM (
 		s.scale::VARCHAR AS scale, s.precision::VARCHAR AS precision, string_agg(DISTINCT m.compression) AS codecs
 	FROM parquet_schema('FILE') s LEFT JOIN parquet_metadata('FILE') m ON m.path_in_schema = s.name
 	WHERE s.num_children IS NULL OR s.num_children = 0 GROUP BY ALL) z
+UNION ALL
+SELECT 'h', 0, to_json(w)::VARCHAR FROM (
+	SELECT symbol, timeframe, count(*)::VARCHAR AS n, count(DISTINCT open_time)::VARCHAR AS d
+	FROM read_parquet('LAKE/**/*.parquet', hive_partitioning = true) GROUP BY ALL) w
 ORDER BY k, ord`
 
 // TestDuckDB reads a lake object with an independent Parquet reader
 // (DuckDB, offline) and checks every value, the logical types and that
 // every column chunk is ZSTD-compressed.
 func TestDuckDB(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, err := New(ctx, Config{URL: "file://" + dir}, WithLogger(quietLogger()))
@@ -59,11 +65,20 @@ func TestDuckDB(t *testing.T) {
 	if err := s.Write(ctx, want); err != nil {
 		t.Fatal(err)
 	}
+	// More series, so the Hive-partitioned query over the lake has work.
+	others := gen("sol usdt+perp")[:700]
+	if err := s.Write(ctx, others); err != nil {
+		t.Fatal(err)
+	}
+	lakeCounts := map[[2]string]int{}
+	for _, c := range append(others, want...) {
+		lakeCounts[[2]string{c.Symbol, c.Timeframe}]++
+	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Copy the object out of its Hive folders so DuckDB's hive-partition
-	// detection cannot replace the symbol column with the escaped folder name.
+	// Copy the object out of its Hive folders so the view t has only the
+	// file's own columns.
 	data, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(PartitionPath("1m", "BTC/USDT", want[0].OpenTime))))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +89,7 @@ func TestDuckDB(t *testing.T) {
 	}
 
 	byKind := map[string][]string{}
-	for _, line := range testkit.DuckDB(t, file, strings.ReplaceAll(duckQuery, "FILE", file)) {
+	for _, line := range testkit.DuckDB(t, file, strings.NewReplacer("FILE", file, "LAKE", dir).Replace(duckQuery)) {
 		var out struct{ K, J string }
 		if err := json.Unmarshal([]byte(line), &out); err != nil {
 			t.Fatalf("duckdb line %s: %v", line, err)
@@ -165,6 +180,28 @@ func TestDuckDB(t *testing.T) {
 	}
 	if len(schema) != 12 {
 		t.Errorf("parquet_schema has %d leaf columns, want 12: %v", len(schema), byKind["s"])
+	}
+
+	// The whole lake as a Hive dataset: symbols come back unescaped
+	// ("sol usdt+perp" from folder symbol=sol%20usdt%2Bperp), each candle once.
+	got := map[[2]string]int{}
+	for _, l := range byKind["h"] {
+		var h struct{ Symbol, Timeframe, N, D string }
+		if err := json.Unmarshal([]byte(l), &h); err != nil {
+			t.Fatal(err)
+		}
+		if h.N != h.D {
+			t.Errorf("%s %s: %s rows but %s distinct open times", h.Symbol, h.Timeframe, h.N, h.D)
+		}
+		got[[2]string{h.Symbol, h.Timeframe}], _ = strconv.Atoi(h.N)
+	}
+	if len(got) != len(lakeCounts) {
+		t.Errorf("lake series %v, want %v", got, lakeCounts)
+	}
+	for k, n := range lakeCounts {
+		if got[k] != n {
+			t.Errorf("lake %v: %d candles, want %d", k, got[k], n)
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 // context ends during the outage returns an error and keeps the candles
 // buffered. Nothing is lost or duplicated.
 func TestOutage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFakeS3(t, "lake")
 	reg := prometheus.NewRegistry()

@@ -14,6 +14,7 @@ import (
 // a first flush creates the objects, a second sink (a restart) merges more
 // candles into them, reading each existing object back whole.
 func TestS3rver(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := testkit.S3rver(t)
 	c := s3Client(srv.URL(), "S3RVER", "S3RVER")

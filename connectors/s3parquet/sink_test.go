@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kandle/kandle/candle"
@@ -34,6 +35,7 @@ func writeBatches(t testing.TB, s *Sink, cs []candle.Candle, n int) {
 // part of them delivered again after they were flushed, end up in exactly
 // the expected objects, each candle once and exact.
 func TestUpsertAndRedelivery(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFakeS3(t, "lake")
 	reg := prometheus.NewRegistry()
@@ -79,6 +81,7 @@ func keys(m map[string][]byte) []string {
 // batch sizes, flush thresholds, order and redeliveries write byte-identical
 // objects.
 func TestReplayDeterminism(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	f := newFakeS3(t, "replay-a", "replay-b")
 	cs := gen(symbols...)
@@ -149,6 +152,7 @@ func TestLastWriteWins(t *testing.T) {
 // TestFileLake: file:// mode writes the same layout atomically: only the
 // expected files, no temp files left behind, exact contents.
 func TestFileLake(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "lake")
 	s, err := New(ctx, Config{URL: "file://" + dir, FlushRows: 500}, WithLogger(quietLogger()))
@@ -377,5 +381,56 @@ func TestDecimalLimit(t *testing.T) {
 	hi, lo := decimal.MustParse("100000000000000000000").Raw() // 10^20 ×10^18 = 10^38
 	if hi != limitHi || lo != limitLo {
 		t.Fatalf("10^38 = %x:%x, constants say %x:%x", hi, lo, uint64(limitHi), uint64(limitLo))
+	}
+}
+
+// TestFlushBytes: the buffer is flushed once it holds about flush_bytes.
+func TestFlushBytes(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	s, err := New(ctx, Config{URL: "file://" + t.TempDir(), FlushBytes: 10 * 210},
+		WithRegisterer(reg), WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := gen("X")[:20] // 1m and 1h candles of one day: two objects
+	if err := s.Write(ctx, cs[:9]); err != nil {
+		t.Fatal(err)
+	}
+	if s.rows != 9 {
+		t.Fatalf("flushed below flush_bytes: %d rows buffered", s.rows)
+	}
+	if err := s.Write(ctx, cs[9:11]); err != nil {
+		t.Fatal(err)
+	}
+	if s.rows != 0 || counter(t, reg, "kandle_s3parquet_candles_written_total") != 11 {
+		t.Fatalf("after passing flush_bytes: %d rows buffered", s.rows)
+	}
+}
+
+// TestRowGroups: row_group_rows caps the rows of each row group.
+func TestRowGroups(t *testing.T) {
+	var cs []candle.Candle
+	all := gen("X")
+	for _, c := range all {
+		if c.Timeframe == "1m" && dayOf(c.OpenTime) == dayOf(all[0].OpenTime)+1 {
+			cs = append(cs, c)
+		}
+	}
+	data, err := encode(cs, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := f.RowGroups()
+	if len(groups) != 15 || groups[0].NumRows() != 100 || groups[14].NumRows() != 40 {
+		t.Fatalf("1440 rows in %d row groups (first %d rows), want 15 of ≤100", len(groups), groups[0].NumRows())
+	}
+	back, err := Decode(data)
+	if err != nil || len(back) != len(cs) || back[1439] != cs[1439] {
+		t.Fatalf("decode across row groups: %d rows, %v", len(back), err)
 	}
 }
