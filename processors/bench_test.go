@@ -3,8 +3,8 @@ package processors
 import (
 	"fmt"
 	"math/rand/v2"
-	"testing"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/kandle/kandle/candle"
