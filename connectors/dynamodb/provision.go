@@ -107,7 +107,17 @@ func applyTable(ctx context.Context, client API, spec TableSpec, dryRun bool, lo
 	case errors.As(err, &nf):
 		step := Step{Table: spec.Name, Action: "create table", Detail: describeSpec(spec), Status: StatusPlanned}
 		if !dryRun {
-			if _, err := client.CreateTable(ctx, createInput(spec)); err != nil {
+			_, err := client.CreateTable(ctx, createInput(spec))
+			var inUse *types.ResourceInUseException
+			if errors.As(err, &inUse) {
+				// Another instance is creating it right now: wait, then
+				// reconcile the table it made.
+				if err := waitActive(ctx, client, spec.Name, ""); err != nil {
+					return err
+				}
+				return applyTable(ctx, client, spec, dryRun, log, plan)
+			}
+			if err != nil {
 				return fmt.Errorf("create: %w", err)
 			}
 			step.Status = StatusDone

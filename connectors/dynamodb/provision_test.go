@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -186,5 +187,41 @@ func TestApplyAddGSIOnAWS(t *testing.T) {
 	plan, err = Apply(ctx, f, []TableSpec{full}, false, WithLogger(quietLogger()))
 	if err != nil || plan.Changed() || f.Calls("UpdateTable") != calls || len(plan.UpToDate) != 1 {
 		t.Fatalf("second Apply (%v, UpdateTable %d -> %d):\n%s", err, calls, f.Calls("UpdateTable"), plan)
+	}
+}
+
+// staleAPI answers the first DescribeTable with "not found", as when
+// another instance creates the table between our check and our create.
+type staleAPI struct {
+	API
+	once sync.Once
+}
+
+func (s *staleAPI) DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, o ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error) {
+	stale := false
+	s.once.Do(func() { stale = true })
+	if stale {
+		return nil, &types.ResourceNotFoundException{Message: aws.String("injected: not found")}
+	}
+	return s.API.DescribeTable(ctx, in, o...)
+}
+
+// TestApplyConcurrentCreate: losing a CreateTable race to another instance
+// is not an error; Apply reconciles the table the other one made.
+func TestApplyConcurrentCreate(t *testing.T) {
+	ctx := context.Background()
+	dyn := testkit.Dynalite(t)
+	spec := historySpec("race")
+	spec.TTLAttribute = ""
+	if _, err := Apply(ctx, rawClient(dyn.URL()), []TableSpec{spec}, false, WithLogger(quietLogger())); err != nil {
+		t.Fatal(err)
+	}
+	f := newFaultAPI(&staleAPI{API: rawClient(dyn.URL())})
+	plan, err := Apply(ctx, f, []TableSpec{spec}, false, WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatalf("Apply after losing the create race: %v", err)
+	}
+	if f.Calls("CreateTable") != 1 || f.Mutations() != 0 || plan.Changed() || len(plan.UpToDate) != 1 {
+		t.Fatalf("CreateTable calls %d, mutations %d:\n%s", f.Calls("CreateTable"), f.Mutations(), plan)
 	}
 }
