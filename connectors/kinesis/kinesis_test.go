@@ -13,5 +13,6 @@ func TestKinesis(t *testing.T) {
 	t.Run("SinkPartialFailures", func(t *testing.T) { testSinkPartialFailures(t, e.on(t, "sink")) })
 	t.Run("ReadRange", func(t *testing.T) { testReadRange(t, e.on(t, "range")) })
 	t.Run("SplitAndMerge", func(t *testing.T) { testSplitAndMerge(t, e.on(t, "split")) })
+	t.Run("SplitAndMergeKinesalite", func(t *testing.T) { testSplitAndMerge(t, e.onKinesalite(t, "kl")) })
 	t.Run("CrashedConsumerLeasesMove", func(t *testing.T) { testCrashedConsumerLeasesMove(t, e.on(t, "crash")) })
 }
