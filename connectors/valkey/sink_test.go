@@ -284,3 +284,22 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal("New accepted an invalid config")
 	}
 }
+
+func TestWriteFlushesLargeBuffer(t *testing.T) {
+	srv := startRedis(t)
+	r := reader(t, srv.Addr)
+	s := newSink(t, srv.Addr, nil)
+	cs := make([]candle1, maxBuffered+5)
+	for i := range cs {
+		cs[i] = mk("B"+itoa(i), 1, "1", "1", "1", "1", "1", "1", 1)
+	}
+	if err := s.Write(context.Background(), cs); err != nil {
+		t.Fatal(err)
+	}
+	// No Flush: Write stored them itself because the buffer was full.
+	n, err := r.Do(context.Background(), r.B().Scard().Key("active:symbols").Build()).AsInt64()
+	if err != nil || n != int64(len(cs)) {
+		t.Fatalf("SCARD = %d, %v; want %d", n, err, len(cs))
+	}
+	wantHash(t, hgetall(t, r, "candle:active:1m:B"+itoa(maxBuffered+4)), cs[maxBuffered+4])
+}
