@@ -14,6 +14,10 @@ func BenchmarkSinkWrite(b *testing.B) {
 	ctx := context.Background()
 	dyn := testkit.Dynalite(b)
 	cfg := historyConfig("bench", dyn.URL())
+	cfg.Provision = false
+	if _, err := Apply(ctx, rawClient(dyn.URL()), []TableSpec{cfg.Table}, false, WithLogger(quietLogger())); err != nil {
+		b.Fatal(err)
+	}
 	h := newSink(b, cfg, nil)
 	cs := genCandles([]string{"BTC", "ETH", "SOL", "ADA"}, []string{"1m"}, 250, 1) // 1000 distinct keys
 	b.ResetTimer()
