@@ -122,8 +122,12 @@ func reject(out *Output, rec Record, rej Rejection) {
 // windows it closes are appended to out.Candles; a rejected record is
 // appended to out.Rejected and changes nothing else.
 func (a *Aggregator) Process(rec Record, out *Output) {
+	var now int64 // wall clock (ms), read only when needed
+	if a.live || a.maxFuture > 0 {
+		now = a.clock.Now().UnixMilli()
+	}
 	if a.live {
-		a.lastWall, a.hasWall, a.partDirty = a.clock.Now().UnixMilli(), true, true
+		a.lastWall, a.hasWall, a.partDirty = now, true, true
 	}
 	t := &a.trade
 	var quote decimal.Decimal
@@ -132,7 +136,7 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		return
 	}
 	if a.maxFuture > 0 {
-		if now := a.clock.Now().UnixMilli(); t.TS > now+a.maxFuture {
+		if t.TS > now+a.maxFuture {
 			reject(out, rec, Rejection{Reason: ReasonFuture, Key: t.Key,
 				Detail: fmt.Sprintf("event time %s is more than %s ahead of the clock (%s)",
 					fmtMS(t.TS), time.Duration(a.maxFuture)*time.Millisecond, fmtMS(now))})

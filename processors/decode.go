@@ -116,9 +116,10 @@ func (d *Decoder) addPath(path string, field int) error {
 // (Reason, Detail, and Key when the key was readable); the caller fills in
 // Partition, Offset and Value.
 //
-// t.Key is interned (stable). t.ID aliases value or the decoder's scratch
-// space: it is valid until the next Decode call and until value is reused;
-// copy it (strings.Clone) to keep it.
+// t.Key is interned (a stable string). To stay allocation-free, t.ID
+// aliases value's bytes (except for ids with JSON escapes, which are copied):
+// it is valid as long as value is not modified or reused. Use
+// strings.Clone(t.ID) to keep it beyond that.
 func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool) {
 	var quote decimal.Decimal
 	return d.decode(value, t, &quote)
@@ -180,11 +181,9 @@ func (d *Decoder) decode(value []byte, t *candle.Trade, quote *decimal.Decimal) 
 			if sp.end > sp.start {
 				t.ID = unsafe.String(&value[sp.start], sp.end-sp.start)
 			}
-		case kindEsc:
+		case kindEsc: // rare: a copy, so t.ID never aliases scratch space
 			d.idBuf = unescape(d.idBuf[:0], value[sp.start:sp.end])
-			if len(d.idBuf) > 0 {
-				t.ID = unsafe.String(&d.idBuf[0], len(d.idBuf))
-			}
+			t.ID = string(d.idBuf)
 		case kindNone, kindNull:
 		default:
 			return Rejection{Reason: ReasonMissingField, Key: rawKey(),
@@ -250,6 +249,9 @@ func (d *Decoder) positive(value []byte, sp span, f int) (decimal.Decimal, strin
 		return decimal.Zero, fmt.Sprintf("field %q must be a number or a numeric string", d.names[f])
 	}
 	v, err := decimal.Parse(raw)
+	if err == nil && v.Sign() > 0 {
+		return v, ""
+	}
 	switch {
 	case errors.Is(err, decimal.ErrPrecision):
 		return v, fmt.Sprintf("field %q = %q has more than %d decimal places", d.names[f], raw, decimal.Scale)

@@ -108,6 +108,10 @@ func (s *scanner) str() (esc, ok bool) {
 	s.pos++
 	for s.pos < len(s.b) {
 		c := s.b[s.pos]
+		if plain[c] {
+			s.pos++
+			continue
+		}
 		switch {
 		case c == '"':
 			s.pos++
@@ -141,6 +145,15 @@ func (s *scanner) str() (esc, ok bool) {
 	}
 	return false, false
 }
+
+// plain marks the bytes a string body may hold without a closer look (an
+// immutable table: everything except '"', '\\' and control characters).
+var plain = func() (t [256]bool) {
+	for i := range t {
+		t[i] = i >= 0x20 && i != '"' && i != '\\'
+	}
+	return t
+}()
 
 func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
