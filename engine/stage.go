@@ -291,8 +291,9 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	if err != nil {
 		return nil, 0, fmt.Errorf("list changelog start offsets: %w", err)
 	}
-	if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil && so.Offset > from {
-		// Compaction or retention removed what we would need: rebuild from the start.
+	if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil && (so.Offset > from || barrier < from) {
+		// Compaction or retention removed what we would need, or the changelog
+		// was recreated (it is shorter than Pebble remembers): rebuild from its start.
 		clear(entries)
 		batch.Drop(name, p)
 		from, next = so.Offset, 0
@@ -322,8 +323,10 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 						entries[string(r.Key[1:])] = r.Value
 					}
 					batch.Set(name, p, r.Key[1:], r.Value)
-				case string(r.Key) == string(keyOffset) && len(r.Value) == 8:
-					next = int64(binary.BigEndian.Uint64(r.Value))
+				case string(r.Key) == string(keyOffset):
+					if pr, ok := DecodeProgress(r.Value); ok {
+						next = pr.NextInput
+					}
 				}
 				if r.Offset >= barrier {
 					done = true
@@ -428,8 +431,7 @@ func (s *liveStage) commit(ctx context.Context) error {
 			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: key, Value: val})
 		})
 		if ps.consumed {
-			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset,
-				Value: binary.BigEndian.AppendUint64(nil, uint64(ps.nextInput))})
+			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: encodeProgress(ps)})
 		}
 	}
 	start := time.Now()
@@ -511,4 +513,34 @@ func (s *liveStage) shutdown() error {
 		s.log.Warn("leaving the group took too long; closing anyway")
 	}
 	return err
+}
+
+// PartitionProgress is what a stage's changelog says about one input partition at
+// its last commit: the next input offset and the event-time watermark.
+type PartitionProgress struct {
+	NextInput    int64
+	Watermark    int64
+	HasWatermark bool
+}
+
+func encodeProgress(ps *partState) []byte {
+	v := binary.BigEndian.AppendUint64(nil, uint64(ps.nextInput))
+	w, ok := watermarkOf(ps.proc)
+	v = binary.BigEndian.AppendUint64(v, uint64(w))
+	if ok {
+		return append(v, 1)
+	}
+	return append(v, 0)
+}
+
+// DecodeProgress reads the value of a changelog progress record ("o").
+func DecodeProgress(v []byte) (PartitionProgress, bool) {
+	if len(v) < 8 {
+		return PartitionProgress{}, false
+	}
+	p := PartitionProgress{NextInput: int64(binary.BigEndian.Uint64(v))}
+	if len(v) >= 17 {
+		p.Watermark, p.HasWatermark = int64(binary.BigEndian.Uint64(v[8:])), v[16] == 1
+	}
+	return p, true
 }

@@ -5,6 +5,5 @@ import (
 	"errors"
 )
 
-func cmdOffsets(ctx context.Context, e *env, args []string) error { return errors.New("todo") }
 func cmdTables(ctx context.Context, e *env, args []string) error  { return errors.New("todo") }
 func cmdQuery(ctx context.Context, e *env, args []string) error   { return errors.New("todo") }

@@ -125,25 +125,28 @@ func (s *Sink) doMulti(ctx context.Context, c valkey.CoreClient, cmds ...valkey.
 // symbol, or the key holds a non-hash value). Everything else passed to the
 // same call was accepted; the engine should dead-letter these and go on.
 type RejectedError struct {
-	Candles []candle.Candle
-	Reasons []string // Reasons[i] explains Candles[i]
+	Rejected []candle.Candle
+	Reasons  []string // Reasons[i] explains Rejected[i]
 }
 
+// Candles returns the rejected candles (the engine dead-letters them).
+func (e *RejectedError) Candles() []candle.Candle { return e.Rejected }
+
 func (e *RejectedError) Error() string {
-	if len(e.Candles) == 1 {
-		c := &e.Candles[0]
+	if len(e.Rejected) == 1 {
+		c := &e.Rejected[0]
 		return fmt.Sprintf("valkey: candle %s %s %d rejected: %s", c.Symbol, c.Timeframe, c.OpenTime, e.Reasons[0])
 	}
-	return fmt.Sprintf("valkey: %d candles rejected, first: %s", len(e.Candles), e.Reasons[0])
+	return fmt.Sprintf("valkey: %d candles rejected, first: %s", len(e.Rejected), e.Reasons[0])
 }
 
 func (e *RejectedError) add(c candle.Candle, why string) {
-	e.Candles = append(e.Candles, c)
+	e.Rejected = append(e.Rejected, c)
 	e.Reasons = append(e.Reasons, why)
 }
 
 func (e *RejectedError) orNil() error {
-	if e == nil || len(e.Candles) == 0 {
+	if e == nil || len(e.Rejected) == 0 {
 		return nil
 	}
 	return e

@@ -255,10 +255,10 @@ func TestRejected(t *testing.T) {
 
 	var rej *RejectedError
 	if err := s.Write(ctx, []candle1{good, noSymbol, wrongType}); !errors.As(err, &rej) ||
-		len(rej.Candles) != 1 || rej.Candles[0] != noSymbol {
+		len(rej.Rejected) != 1 || rej.Rejected[0] != noSymbol {
 		t.Fatalf("Write: %v, want the candle without a symbol rejected", err)
 	}
-	if err := s.Flush(ctx); !errors.As(err, &rej) || len(rej.Candles) != 1 || rej.Candles[0] != wrongType {
+	if err := s.Flush(ctx); !errors.As(err, &rej) || len(rej.Rejected) != 1 || rej.Rejected[0] != wrongType {
 		t.Fatalf("Flush: %v, want the WRONGTYPE candle rejected", err)
 	}
 	wantHash(t, hgetall(t, r, "candle:active:1m:GOOD"), good)
