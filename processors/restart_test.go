@@ -104,6 +104,66 @@ func TestRestartEqualsUninterrupted(t *testing.T) {
 	}
 }
 
+// TestLiveRestartEqualsUninterrupted: the same with the live idle advance
+// and the future guard, driven by a clock that is a function of the record
+// index (so both runs see the same wall time).
+func TestLiveRestartEqualsUninterrupted(t *testing.T) {
+	tf := tfOf(t, "1m", nil)
+	for seed := range uint64(6) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		recs := messy(rng, 1500, 3)
+		clock := &testClock{}
+		build := func() processor {
+			a := newAgg(t, tf, func(c *CandleConfig) {
+				c.Lateness, c.Live, c.IdleTimeout, c.MaxFuture = 20*time.Second, true, 30*time.Second, time.Minute
+			})
+			a.clock = clock
+			return a
+		}
+		run := func(cuts []int, rng *rand.Rand) string {
+			var b strings.Builder
+			st := store{}
+			p := build()
+			var out Output
+			for i, v := range recs {
+				if len(cuts) > 0 && i == cuts[0] {
+					cuts = cuts[1:]
+					st.apply(p)
+					p = build()
+					st.restoreInto(t, p, rng)
+				}
+				// Wall time runs a little ahead of event time, with idle pauses.
+				clock.t = baseDay.Add(time.Duration(i)*2*time.Second + time.Duration(i/100)*6*time.Minute)
+				out.Reset()
+				if i%5 == 0 {
+					w0, _ := p.(*Aggregator).Watermark()
+					p.Tick(&out)
+					if w1, _ := p.(*Aggregator).Watermark(); w1 != w0 {
+						b.WriteString("-- idle advance\n")
+					}
+				}
+				p.Process(Record{Offset: int64(i), Value: v}, &out)
+				fmtOutput(&b, &out)
+				if rng != nil && rng.IntN(5) == 0 {
+					st.apply(p)
+				}
+			}
+			return b.String()
+		}
+		want := run(nil, nil)
+		if !strings.Contains(want, "reject future") || !strings.Contains(want, "-- idle advance") {
+			t.Fatalf("seed %d: the clock does not exercise the future guard and the idle advance", seed)
+		}
+		var cuts []int
+		for c := rng.IntN(100); c < len(recs); c += 1 + rng.IntN(200) {
+			cuts = append(cuts, c)
+		}
+		if got := run(cuts, rng); got != want {
+			t.Fatalf("seed %d: outputs differ after restarts\n%s", seed, firstDiff(got, want))
+		}
+	}
+}
+
 // TestRollupRestartEqualsUninterrupted is the same property for Rollup.
 func TestRollupRestartEqualsUninterrupted(t *testing.T) {
 	from, to := tfOf(t, "1m", nil), tfOf(t, "5m", nil)
