@@ -54,14 +54,14 @@ func (p Plan) String() string {
 		b.WriteString("dry run: nothing was changed\n")
 	}
 	for _, s := range p.Steps {
-		fmt.Fprintf(&b, "%-8s table %s: %s", "["+s.Status+"]", s.Table, s.Action)
+		fmt.Fprintf(&b, "%-13s table %s: %s", "["+s.Status+"]", s.Table, s.Action)
 		if s.Detail != "" {
 			fmt.Fprintf(&b, " (%s)", s.Detail)
 		}
 		b.WriteByte('\n')
 	}
 	for _, t := range p.UpToDate {
-		fmt.Fprintf(&b, "[ok]     table %s: up to date\n", t)
+		fmt.Fprintf(&b, "%-13s table %s: up to date\n", "[ok]", t)
 	}
 	for _, w := range p.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", w)

@@ -39,7 +39,7 @@ func TestApplyDynalite(t *testing.T) {
 	if f.Calls("CreateTable")+f.Calls("UpdateTable")+f.Calls("UpdateTimeToLive") != 0 {
 		t.Fatalf("dry run called a mutating API: %v", f.calls)
 	}
-	if s := dry.String(); !strings.Contains(s, "dry run") || !strings.Contains(s, "[planned] table candles: create table") ||
+	if s := dry.String(); !strings.Contains(s, "dry run") || !strings.Contains(s, "[planned]     table candles: create table") ||
 		!strings.Contains(s, "GSI by_tf") || !strings.Contains(s, "LSI by_close") || !strings.Contains(s, "enable TTL") {
 		t.Fatalf("dry-run plan:\n%s", s)
 	}
@@ -106,7 +106,7 @@ func TestApplyIdempotentWithTTL(t *testing.T) {
 		t.Fatalf("second Apply made %d mutating calls: %v", got-calls, f.calls)
 	}
 	if len(plan.Steps) != 0 || len(plan.UpToDate) != 1 || len(plan.Warnings) != 0 ||
-		!strings.Contains(plan.String(), "[ok]     table hist: up to date") {
+		!strings.Contains(plan.String(), "[ok]          table hist: up to date") {
 		t.Fatalf("second plan:\n%s", plan)
 	}
 

@@ -113,6 +113,19 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	return s, nil
 }
 
+// NewClient builds the DynamoDB client New would use for cfg (region,
+// endpoint, no SDK retries), e.g. for Apply from `kandle provision`.
+func NewClient(ctx context.Context, cfg Config, opts ...Option) (API, error) {
+	o := options{log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.client != nil {
+		return o.client, nil
+	}
+	return buildClient(ctx, cfg.withDefaults(), o)
+}
+
 func buildClient(ctx context.Context, cfg Config, o options) (API, error) {
 	var ac aws.Config
 	if o.awsCfg != nil {

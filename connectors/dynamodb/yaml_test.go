@@ -8,6 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/topology/spec"
 )
 
@@ -43,6 +44,7 @@ ttl: 30d
 // TestSchemasFromYAML decodes each schema with the topology's spec decoder
 // (tags, defaults, enums), validates it, and builds a sink from it.
 func TestSchemasFromYAML(t *testing.T) {
+	var specs []TableSpec
 	for name, src := range schemaYAML {
 		var node yaml.Node
 		if err := yaml.Unmarshal([]byte(src), &node); err != nil {
@@ -62,7 +64,23 @@ func TestSchemasFromYAML(t *testing.T) {
 		if _, err := New(context.Background(), cfg, WithAWSConfig(testAWSConfig()), WithLogger(quietLogger())); err != nil {
 			t.Fatalf("%s: New: %v", name, err)
 		}
+		specs = append(specs, cfg.Table)
 	}
+	// Provision all three with a client built the way `kandle provision` would.
+	dyn := testkit.Dynalite(t)
+	client, err := NewClient(context.Background(), Config{Endpoint: dyn.URL()}, WithAWSConfig(testAWSConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Apply(context.Background(), client, specs, false, WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("plan:\n%s", plan)
+	if n := strings.Count(plan.String(), "[done]"); n != 3 {
+		t.Fatalf("want 3 tables created:\n%s", plan)
+	}
+
 	var cfg Config
 	var node yaml.Node
 	_ = yaml.Unmarshal([]byte("table: {name: t1, sk_type: X}\npk: x\nsk: y\nttl: 3q\n"), &node)
