@@ -3,6 +3,7 @@ package processors
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +293,49 @@ func checkIDEntries(t *testing.T, a *Aggregator, st store) {
 	}
 	if n := st.count(entryIDs); n != held || held == 0 {
 		t.Fatalf("%d id chunk entries stored, open windows hold %d ids", n, held)
+	}
+}
+
+// TestRestoreCorruptState: damaged entries give errors, never panics, and
+// entries of another processor kind are refused.
+func TestRestoreCorruptState(t *testing.T) {
+	tf := tfOf(t, "1m", nil)
+	rng := rand.New(rand.NewPCG(5, 6))
+	a := newAgg(t, tf, func(c *CandleConfig) { c.Lateness = time.Minute })
+	var out Output
+	for i, v := range messy(rng, 300, 3) {
+		a.Process(Record{Offset: int64(i), Value: v}, &out)
+	}
+	st := store{}
+	st.apply(a)
+	if st.count(entryIDs) == 0 || st.count(entryKey) == 0 {
+		t.Fatal("the stream left no key or id entries to damage")
+	}
+	errs := 0
+	for k, v := range st {
+		for cut := range len(v) {
+			if err := newAgg(t, tf, nil).Restore([]byte(k), v[:cut]); err != nil {
+				errs++
+			}
+		}
+		bad := slices.Clone(v)
+		bad[0] ^= 0xff
+		newAgg(t, tf, nil).Restore([]byte(k), bad) // must not panic
+	}
+	if errs == 0 {
+		t.Fatal("no truncated entry was reported as corrupt")
+	}
+	if err := newAgg(t, tf, nil).Restore([]byte("zzz"), []byte{1}); err == nil {
+		t.Fatal("an unknown entry kind was accepted")
+	}
+	r, err := NewRollup(RollupConfig{From: tf, To: tfOf(t, "5m", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Restore([]byte("p"), []byte{1, 0, 0, 0}); err == nil {
+		t.Fatal("a rollup accepted an aggregator's partition entry")
+	}
+	if err := r.Restore([]byte("kBTC"), []byte{1, 1}); err == nil {
+		t.Fatal("a rollup accepted a truncated entry")
 	}
 }

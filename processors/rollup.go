@@ -30,7 +30,8 @@ type Rollup struct {
 // rollKey is one key's higher window in progress.
 type rollKey struct {
 	key        string
-	lastSub    int64 // CloseTime of the last sub-candle taken (0 = none)
+	hasLast    bool
+	lastSub    int64 // CloseTime of the last sub-candle taken
 	open       bool  // a higher window is in progress
 	acc        candle.Candle
 	hasNonGap  bool
@@ -62,7 +63,7 @@ func (r *Rollup) Process(rec Record, out *Output) {
 		k = &rollKey{key: c.Symbol}
 		r.keys[c.Symbol] = k
 	}
-	if k.lastSub != 0 && c.CloseTime <= k.lastSub {
+	if k.hasLast && c.CloseTime <= k.lastSub {
 		reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: c.Symbol,
 			Detail: fmt.Sprintf("sub-candle closing %s is not after the last one (%s)", fmtMS(c.CloseTime), fmtMS(k.lastSub))})
 		return
@@ -80,7 +81,7 @@ func (r *Rollup) Process(rec Record, out *Output) {
 			Detail: fmt.Sprintf("rolled-up volume would overflow: %v", err)})
 		return
 	}
-	k.lastSub = c.CloseTime
+	k.lastSub, k.hasLast = c.CloseTime, true
 	r.touch(k)
 	if !k.act {
 		k.act = true
@@ -164,7 +165,7 @@ func (r *Rollup) Changes(fn func(key, val []byte)) {
 		r.dirty[i] = nil
 		k.dirty = false
 		r.kbuf = append(append(r.kbuf[:0], entryKey), k.key...)
-		b := append(r.vbuf[:0], stateVersion, boolBits(k.open, k.hasNonGap))
+		b := append(r.vbuf[:0], stateVersion, boolBits(k.open, k.hasNonGap)|boolBits(false, k.hasLast)<<1)
 		b = binary.AppendVarint(b, k.lastSub)
 		if k.open {
 			a := &k.acc
@@ -194,7 +195,7 @@ func (r *Rollup) Restore(key, val []byte) error {
 	if len(val) < 2 || val[0] != stateVersion {
 		return fmt.Errorf("restore: rollup key %q: %w", name, errCorrupt)
 	}
-	k := &rollKey{key: name, open: val[1]&1 != 0, hasNonGap: val[1]&2 != 0}
+	k := &rollKey{key: name, open: val[1]&1 != 0, hasNonGap: val[1]&2 != 0, hasLast: val[1]&4 != 0}
 	rd := reader{b: val[2:]}
 	k.lastSub = rd.varint()
 	if k.open {
