@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -17,11 +18,22 @@ import (
 
 // RejectedCandles is implemented by sink errors that refuse some candles for
 // good (for example an item over DynamoDB's size limit): those candles go to
-// the dead-letter topic and the rest of the batch counts as written.
+// the dead-letter topic with reason sink_rejected, and the rest of the batch
+// counts as written.
 type RejectedCandles interface {
 	error
 	Candles() []candle.Candle
 }
+
+// RejectedTrades is the same for trade sinks (the raw ledger).
+type RejectedTrades interface {
+	error
+	Trades() []candle.Trade
+}
+
+// ReasonSinkRejected is the dead-letter reason of records a sink refused for
+// good; the detail says why. (Input records use the processors' reasons.)
+const ReasonSinkRejected processors.Reason = "sink_rejected"
 
 // sinkStage feeds one sink from output topics (candles) or a source topic
 // (trades), at least once: offsets commit only after the sink flushed.
@@ -145,7 +157,15 @@ func (s *sinkStage) write(ctx context.Context, cs []candle.Candle, ts []candle.T
 		s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(cs)))
 	}
 	if len(ts) > 0 {
-		if err := retry(ctx, s.log, "write trades", func() error { return s.trades.WriteTrades(ctx, ts) }); err != nil {
+		err := retry(ctx, s.log, "write trades", func() error { return s.trades.WriteTrades(ctx, ts) })
+		var rej RejectedTrades
+		if errors.As(err, &rej) {
+			for _, t := range rej.Trades() {
+				s.deadLetterRecord(ctx, t.Key, tradeJSON(t), rej.Error())
+			}
+			err = nil
+		}
+		if err != nil {
 			return err
 		}
 		s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(ts)))
@@ -155,14 +175,33 @@ func (s *sinkStage) write(ctx context.Context, cs []candle.Candle, ts []candle.T
 
 func (s *sinkStage) deadLetter(ctx context.Context, rej RejectedCandles) {
 	for _, c := range rej.Candles() {
-		r := &processors.Rejection{Reason: processors.ReasonOversized, Detail: "sink " + s.name + ": " + rej.Error(),
-			Key: c.Symbol, Value: c.AppendJSON(nil), Partition: -1, Offset: -1}
-		rec := deadLetter(s.e.g.deadLetterTopic(), "sink."+s.name, "", r)
-		if err := s.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			s.log.Error("dead-letter write failed", "err", err)
-		}
-		s.e.m.sinkErrors.WithLabelValues(s.name).Inc()
+		s.deadLetterRecord(ctx, c.Symbol, c.AppendJSON(nil), rej.Error())
 	}
+}
+
+func (s *sinkStage) deadLetterRecord(ctx context.Context, key string, value []byte, why string) {
+	r := &processors.Rejection{Reason: ReasonSinkRejected, Detail: "sink " + s.name + ": " + why,
+		Key: key, Value: value, Partition: -1, Offset: -1}
+	rec := deadLetter(s.e.g.deadLetterTopic(), "sink."+s.name, "", r)
+	if err := s.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		s.log.Error("dead-letter write failed", "err", err)
+	}
+	s.e.m.rejected.WithLabelValues("sink."+s.name, string(ReasonSinkRejected)).Inc()
+	s.e.m.sinkErrors.WithLabelValues(s.name).Inc()
+}
+
+func tradeJSON(t candle.Trade) []byte {
+	b := []byte(`{"key":`)
+	b = strconv.AppendQuote(b, t.Key)
+	b = append(b, `,"ts":`...)
+	b = strconv.AppendInt(b, t.TS, 10)
+	b = append(b, `,"price":"`...)
+	b = t.Price.Append(b)
+	b = append(b, `","qty":"`...)
+	b = t.Qty.Append(b)
+	b = append(b, `","id":`...)
+	b = strconv.AppendQuote(b, t.ID)
+	return append(b, '}')
 }
 
 func (s *sinkStage) flushAndCommit(ctx context.Context, recs []*kgo.Record) error {
@@ -195,8 +234,9 @@ func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) 
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := fn()
-		var rej RejectedCandles
-		if err == nil || errors.As(err, &rej) {
+		var rc RejectedCandles
+		var rt RejectedTrades
+		if err == nil || errors.As(err, &rc) || errors.As(err, &rt) {
 			return err
 		}
 		if ctx.Err() != nil {
