@@ -128,6 +128,8 @@ func (l *Lease) write(ctx context.Context, update string, vals map[string]types.
 	vals[":o"] = &types.AttributeValueMemberS{Value: l.owner}
 	vals[":one"] = num(1)
 	vals[":now"] = num(l.t.clock.Now().UnixMilli())
+	ctx, cancel := l.t.callCtx(ctx)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		vals[":c"] = num(l.counter)
 		_, err := l.t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -173,19 +175,31 @@ type leaseTable struct {
 	clock    Clock
 }
 
+// callCtx bounds one DynamoDB call by the lease duration but does not let a
+// cancel abort it mid-flight: an aborted conditional write leaves its outcome
+// unknown (and dynalite dies on aborted requests). Loops still check ctx
+// between calls.
+func (t *leaseTable) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), max(t.duration, time.Second))
+}
+
 // ensure creates the table (PAY_PER_REQUEST) if missing and waits until it is active.
 func (t *leaseTable) ensure(ctx context.Context, poll time.Duration) error {
 	for created := false; ; {
-		out, err := t.db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &t.name})
+		cctx, cancel := t.callCtx(ctx)
+		out, err := t.db.DescribeTable(cctx, &dynamodb.DescribeTableInput{TableName: &t.name})
+		cancel()
 		var nf *types.ResourceNotFoundException
 		switch {
 		case errors.As(err, &nf) && !created:
-			_, err = t.db.CreateTable(ctx, &dynamodb.CreateTableInput{
+			cctx, cancel := t.callCtx(ctx)
+			_, err = t.db.CreateTable(cctx, &dynamodb.CreateTableInput{
 				TableName:            &t.name,
 				BillingMode:          types.BillingModePayPerRequest,
 				AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(attrShard), AttributeType: types.ScalarAttributeTypeS}},
 				KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(attrShard), KeyType: types.KeyTypeHash}},
 			})
+			cancel()
 			var inUse *types.ResourceInUseException
 			if err != nil && !errors.As(err, &inUse) {
 				return fmt.Errorf("kinesis: create lease table %s (check DynamoDB endpoint and permissions): %w", t.name, err)
@@ -210,7 +224,12 @@ func (t *leaseTable) scan(ctx context.Context) ([]leaseItem, error) {
 	var items []leaseItem
 	in := &dynamodb.ScanInput{TableName: &t.name, ConsistentRead: aws.Bool(true)}
 	for {
-		out, err := t.db.Scan(ctx, in)
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("kinesis: scan lease table %s: %w", t.name, context.Cause(ctx))
+		}
+		cctx, cancel := t.callCtx(ctx)
+		out, err := t.db.Scan(cctx, in)
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("kinesis: scan lease table %s: %w", t.name, err)
 		}
@@ -226,6 +245,8 @@ func (t *leaseTable) scan(ctx context.Context) ([]leaseItem, error) {
 
 // get reads one lease (strongly consistent).
 func (t *leaseTable) get(ctx context.Context, shardID string) (leaseItem, error) {
+	ctx, cancel := t.callCtx(ctx)
+	defer cancel()
 	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: shardKey(shardID), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return leaseItem{}, fmt.Errorf("kinesis: read lease for shard %s: %w", shardID, err)
@@ -243,6 +264,8 @@ func (t *leaseTable) create(ctx context.Context, shardID string, parents []strin
 	if len(parents) > 0 {
 		item[attrParents] = &types.AttributeValueMemberSS{Value: parents}
 	}
+	ctx, cancel := t.callCtx(ctx)
+	defer cancel()
 	_, err := t.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:           &t.name,
 		Item:                item,
@@ -258,6 +281,8 @@ func (t *leaseTable) create(ctx context.Context, shardID string, parents []strin
 // take claims a lease observed as it, conditional on its counter not having
 // moved since. It returns ErrLeaseLost when someone else moved first.
 func (t *leaseTable) take(ctx context.Context, it leaseItem, owner string) (*Lease, error) {
+	ctx, cancel := t.callCtx(ctx)
+	defer cancel()
 	out, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           &t.name,
 		Key:                 shardKey(it.ShardID),
