@@ -39,7 +39,7 @@ const maxInterned = 1 << 20
 // concurrent use: each Aggregator owns one (see Aggregator).
 type Decoder struct {
 	cfg       DecoderConfig
-	root      []pathNode
+	root      *pathLevel
 	whitelist bool
 	keys      map[string]string // interned keys (the whitelist when set)
 	names     [numFields]string // field paths, for details
@@ -59,7 +59,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 			return nil, fmt.Errorf("decoder: the %s field name is empty: set fields.%s in the topology", req.what, req.what)
 		}
 	}
-	d := &Decoder{cfg: cfg, keys: make(map[string]string), one: decimal.FromInt(1)}
+	d := &Decoder{cfg: cfg, keys: make(map[string]string), one: decimal.FromInt(1), root: &pathLevel{}}
 	d.names = [numFields]string{f.Key, f.Time, f.Price, f.Qty, f.ID}
 	for i, path := range d.names {
 		if path == "" {
@@ -69,6 +69,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 			return nil, err
 		}
 	}
+	d.root.index()
 	if len(cfg.Symbols) > 0 {
 		d.whitelist = true
 		for _, s := range cfg.Symbols {
@@ -83,31 +84,36 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 
 func (d *Decoder) addPath(path string, field int) error {
 	parts := strings.Split(path, ".")
-	nodes := &d.root
+	lvl := d.root
 	for i, p := range parts {
 		if p == "" {
 			return fmt.Errorf("decoder: field path %q has an empty segment", path)
 		}
 		j := -1
-		for k := range *nodes {
-			if (*nodes)[k].name == p {
+		for k := range lvl.nodes {
+			if lvl.nodes[k].name == p {
 				j = k
 			}
 		}
 		if j < 0 {
-			*nodes = append(*nodes, pathNode{name: p, field: -1})
-			j = len(*nodes) - 1
+			lvl.nodes = append(lvl.nodes, pathNode{name: p, field: -1})
+			j = len(lvl.nodes) - 1
 		}
-		n := &(*nodes)[j]
+		n := &lvl.nodes[j]
 		if i == len(parts)-1 {
-			if n.field >= 0 || len(n.children) > 0 {
+			if n.field >= 0 || n.children != nil {
 				return fmt.Errorf("decoder: field path %q is used twice or inside another field", path)
 			}
 			n.field = field
-		} else if n.field >= 0 {
+			break
+		}
+		if n.field >= 0 {
 			return fmt.Errorf("decoder: field path %q is inside another field", path)
 		}
-		nodes = &n.children
+		if n.children == nil {
+			n.children = &pathLevel{}
+		}
+		lvl = n.children
 	}
 	return nil
 }

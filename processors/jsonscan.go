@@ -26,11 +26,28 @@ type span struct {
 	kind       byte
 }
 
-// pathNode is one level of the field tree: "data.p" becomes data → p.
+// pathLevel is one object level of the field tree: "data.p" becomes
+// data → p. first marks the first bytes of its names, so most members that
+// are not wanted are dismissed with one table lookup.
+type pathLevel struct {
+	nodes []pathNode
+	first [256]bool
+}
+
 type pathNode struct {
 	name     string
-	field    int // index into the capture array, -1 for an inner node
-	children []pathNode
+	field    int        // index into the capture array, -1 for an inner node
+	children *pathLevel // nil for a leaf
+}
+
+// index fills the first-byte tables of l and its descendants.
+func (l *pathLevel) index() {
+	for i := range l.nodes {
+		l.first[l.nodes[i].name[0]] = true
+		if c := l.nodes[i].children; c != nil {
+			c.index()
+		}
+	}
 }
 
 type scanner struct {
@@ -40,19 +57,16 @@ type scanner struct {
 }
 
 func (s *scanner) ws() {
-	for s.pos < len(s.b) {
-		switch s.b[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
-			return
-		}
+	b, i := s.b, s.pos
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
 	}
+	s.pos = i
 }
 
-// value scans one JSON value. When it is an object and nodes is non-empty,
-// members named in nodes are captured or descended into.
-func (s *scanner) value(nodes []pathNode, depth int) (span, bool) {
+// value scans one JSON value. When it is an object and lvl is not nil,
+// members named in lvl are captured or descended into.
+func (s *scanner) value(lvl *pathLevel, depth int) (span, bool) {
 	s.ws()
 	if s.pos >= len(s.b) {
 		return span{}, false
@@ -70,7 +84,7 @@ func (s *scanner) value(nodes []pathNode, depth int) (span, bool) {
 		}
 		return span{start + 1, s.pos - 1, k}, true
 	case c == '{':
-		if depth >= maxDepth || !s.object(nodes, depth+1) {
+		if depth >= maxDepth || !s.object(lvl, depth+1) {
 			return span{}, false
 		}
 		return span{start, s.pos, kindObject}, true
@@ -105,45 +119,46 @@ func (s *scanner) lit(word string, k byte) (span, bool) {
 // str scans a string starting at its opening quote; it reports whether the
 // string holds escapes.
 func (s *scanner) str() (esc, ok bool) {
-	s.pos++
-	for s.pos < len(s.b) {
-		c := s.b[s.pos]
-		if plain[c] {
-			s.pos++
-			continue
+	b, i := s.b, s.pos+1 // locals: the hot loop stays in registers
+	for {
+		for i < len(b) && plain[b[i]] {
+			i++
 		}
-		switch {
+		if i >= len(b) {
+			s.pos = i
+			return false, false
+		}
+		switch c := b[i]; {
 		case c == '"':
-			s.pos++
+			s.pos = i + 1
 			return esc, true
 		case c == '\\':
 			esc = true
-			if s.pos+1 >= len(s.b) {
+			if i+1 >= len(b) {
 				return false, false
 			}
-			switch s.b[s.pos+1] {
+			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.pos += 2
+				i += 2
 			case 'u':
-				if s.pos+6 > len(s.b) {
+				if i+6 > len(b) {
 					return false, false
 				}
-				for _, h := range s.b[s.pos+2 : s.pos+6] {
+				for _, h := range b[i+2 : i+6] {
 					if !isHex(h) {
 						return false, false
 					}
 				}
-				s.pos += 6
+				i += 6
 			default:
+				s.pos = i
 				return false, false
 			}
-		case c < 0x20:
+		default: // a control character
+			s.pos = i
 			return false, false
-		default:
-			s.pos++
 		}
 	}
-	return false, false
 }
 
 // plain marks the bytes a string body may hold without a closer look (an
@@ -160,11 +175,12 @@ func isHex(c byte) bool {
 }
 
 func (s *scanner) digits() bool {
-	n := 0
-	for s.pos < len(s.b) && s.b[s.pos] >= '0' && s.b[s.pos] <= '9' {
-		s.pos++
-		n++
+	b, i := s.b, s.pos
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
 	}
+	n := i - s.pos
+	s.pos = i
 	return n > 0
 }
 
@@ -199,7 +215,7 @@ func (s *scanner) number() bool {
 	return true
 }
 
-func (s *scanner) object(nodes []pathNode, depth int) bool {
+func (s *scanner) object(lvl *pathLevel, depth int) bool {
 	s.pos++ // '{'
 	s.ws()
 	if s.pos < len(s.b) && s.b[s.pos] == '}' {
@@ -223,11 +239,10 @@ func (s *scanner) object(nodes []pathNode, depth int) bool {
 		}
 		s.pos++
 		var node *pathNode
-		if len(nodes) > 0 && !esc {
-			for i := range nodes {
-				n := nodes[i].name // cheap checks first: most members do not match
-				if len(n) == len(name) && len(n) > 0 && n[0] == name[0] && n == string(name) {
-					node = &nodes[i]
+		if lvl != nil && !esc && len(name) > 0 && lvl.first[name[0]] {
+			for i := range lvl.nodes {
+				if n := lvl.nodes[i].name; len(n) == len(name) && n[0] == name[0] && n == string(name) {
+					node = &lvl.nodes[i]
 					break
 				}
 			}
