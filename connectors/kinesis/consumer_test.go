@@ -41,17 +41,27 @@ func testConsumersShareEvenly(t *testing.T, e *env) {
 
 // A consumer that dies without releasing its leases (simulated crash) loses
 // them after lease_duration; the survivor takes them over from the last
-// checkpoints and nothing is lost.
+// checkpoints. The crashed consumer had processed records it never
+// checkpointed: the survivor delivers those again (at-least-once) and
+// nothing is lost.
 func testCrashedConsumerLeasesMove(t *testing.T, e *env) {
 	e.put(t, 20, 0, 400)
 	a := e.startConsumer(t, "a", &recorder{})
 	b := e.startConsumer(t, "b", &recorder{})
 	eventually(t, 15*time.Second, "2/2 split", func() bool { return len(a.c.Held()) == 2 && len(b.c.Held()) == 2 })
+	eventually(t, 10*time.Second, "first 400 delivered", func() bool {
+		n, _ := distinct(append(payloads(a.h.snapshot()), payloads(b.h.snapshot())...))
+		return n == 400
+	})
+	// From now on a processes but dies before checkpointing.
+	a.h.nocp.Store(true)
+	mark := len(a.h.snapshot())
 	e.put(t, 20, 400, 600)
-	eventually(t, 10*time.Second, "a delivered some records", func() bool { return len(payloads(a.h.snapshot())) > 0 })
+	eventually(t, 10*time.Second, "a processed new records", func() bool { return len(payloads(a.h.snapshot()[mark:])) > 0 })
 
 	a.c.abandon = true // crash: no Lost, no release
 	a.close(t)
+	unsaved := payloads(a.h.snapshot()[mark:])
 	beforeCrash := len(a.h.snapshot())
 	crashedAt := time.Now()
 	e.put(t, 20, 600, 1000)
@@ -64,8 +74,17 @@ func testCrashedConsumerLeasesMove(t *testing.T, e *env) {
 	pa, pb := payloads(a.h.snapshot()), payloads(b.h.snapshot())
 	checkSessionOrder(t, a.h.snapshot())
 	checkSessionOrder(t, b.h.snapshot())
+	byB := map[string]bool{}
+	for _, p := range pb {
+		byB[p] = true
+	}
+	for _, p := range unsaved {
+		if !byB[p] {
+			t.Fatalf("%s was processed by a but never checkpointed, and b did not deliver it again", p)
+		}
+	}
 	n, dup := distinct(append(pa, pb...))
-	t.Logf("delivered %d distinct, %d redelivered (a delivered %d before the crash)", n, dup, len(pa))
+	t.Logf("delivered %d distinct, %d redelivered (a processed %d records without checkpointing before the crash)", n, dup, len(unsaved))
 	for _, ev := range a.h.snapshot()[beforeCrash:] {
 		if ev.kind == "lost" {
 			t.Fatalf("a crashed, it must not get Lost (%s)", ev.shard)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,7 +120,7 @@ type event struct {
 type recorder struct {
 	mu     sync.Mutex
 	events []event
-	nocp   bool
+	nocp   atomic.Bool // process without checkpointing
 }
 
 func (r *recorder) add(e event) {
@@ -136,7 +137,7 @@ func (r *recorder) Open(ctx context.Context, s Shard) (string, error) {
 func (r *recorder) Records(ctx context.Context, s Shard, b Batch) error {
 	// Process first, then checkpoint: at-least-once.
 	r.add(event{kind: "batch", shard: s.ID, recs: b.Records})
-	if r.nocp {
+	if r.nocp.Load() {
 		return nil
 	}
 	return s.Lease.Checkpoint(ctx, b.Records[len(b.Records)-1].Seq)
