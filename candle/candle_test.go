@@ -119,3 +119,39 @@ func TestParseEventTime(t *testing.T) {
 		}
 	}
 }
+
+// The hand-written decoder and encoding/json agree on every shape; odd
+// shapes take the encoding/json path.
+func TestParseJSONShapes(t *testing.T) {
+	c := Candle{Symbol: "ETH", Timeframe: "5m", OpenTime: 300000, CloseTime: 600000,
+		Open: decimal.MustParse("2000.5"), High: decimal.MustParse("2001"), Low: decimal.MustParse("1999.25"),
+		Close: decimal.MustParse("2000"), Volume: decimal.MustParse("3.5"), QuoteVolume: decimal.MustParse("7001.75"), Trades: 4, Gap: true}
+	for _, in := range []string{
+		string(c.AppendJSON(nil)),
+		`{ "symbol": "ETH", "timeframe": "5m", "open_time": 300000, "close_time": 600000, "open": "2000.5", "high": "2001", "low": "1999.25", "close": "2000", "volume": "3.5", "quote_volume": "7001.75", "trades": 4, "gap": true }`,
+		`{"symbol":"ETH","timeframe":"5m","open_time":300000,"close_time":600000,"open":"2000.5","high":"2001","low":"1999.25","close":"2000","volume":"3.5","quote_volume":"7001.75","trades":4,"gap":true,"final":true}`,
+		`{"gap":true,"trades":4,"quote_volume":"7001.75","volume":"3.5","close":"2000","low":"1999.25","high":"2001","open":"2000.5","close_time":600000,"open_time":300000,"timeframe":"5m","symbol":"E\u0054H"}`,
+	} {
+		got, err := ParseJSON([]byte(in))
+		if err != nil || got != c {
+			t.Errorf("ParseJSON(%s) = %+v, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{`{}`, `[]`, `{"symbol":"X","timeframe":"1m","open_time":5,"close_time":5}`, `{"symbol":"X"`, `{"open":"abc"}`} {
+		if _, err := ParseJSON([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}
+
+func BenchmarkParseJSON(b *testing.B) {
+	c := Candle{Symbol: "BTC-USD", Timeframe: "1m", OpenTime: 1767225600000, CloseTime: 1767225660000,
+		Open: decimal.MustParse("65000.1"), High: decimal.MustParse("65010"), Low: decimal.MustParse("64990.5"),
+		Close: decimal.MustParse("65001"), Volume: decimal.MustParse("12.3456"), QuoteVolume: decimal.MustParse("802468.123456"), Trades: 321}
+	in := c.AppendJSON(nil)
+	for b.Loop() {
+		if _, err := ParseJSON(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -37,15 +37,119 @@ func appendDec(b []byte, prefix string, d decimal.Decimal) []byte {
 }
 
 // ParseJSON decodes a candle written by AppendJSON (or any equivalent JSON).
+// Output topics are read by every rollup stage, so the common shape is
+// scanned by hand; anything unusual (escapes, unknown keys, other spacing)
+// falls back to encoding/json.
 func ParseJSON(b []byte) (Candle, error) {
-	var c Candle
-	if err := json.Unmarshal(b, &c); err != nil {
-		return Candle{}, err
+	c, ok := parseFast(b)
+	if !ok {
+		c = Candle{}
+		if err := json.Unmarshal(b, &c); err != nil {
+			return Candle{}, err
+		}
 	}
 	if c.Symbol == "" || c.Timeframe == "" || c.CloseTime <= c.OpenTime {
 		return Candle{}, errors.New("candle: missing symbol, timeframe or window")
 	}
 	return c, nil
+}
+
+// parseFast reads a flat JSON object of the candle fields without escapes.
+func parseFast(b []byte) (Candle, bool) {
+	var c Candle
+	i := 0
+	if len(b) < 2 || b[0] != '{' {
+		return c, false
+	}
+	i++
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return c, false
+		}
+		j := i + 1
+		for j < len(b) && b[j] != '"' {
+			j++
+		}
+		if j+1 >= len(b) || b[j+1] != ':' {
+			return c, false
+		}
+		key := b[i+1 : j]
+		i = j + 2
+		if i >= len(b) {
+			return c, false
+		}
+		var val []byte
+		quoted := b[i] == '"'
+		if quoted {
+			j = i + 1
+			for j < len(b) && b[j] != '"' {
+				if b[j] == '\\' {
+					return c, false
+				}
+				j++
+			}
+			if j >= len(b) {
+				return c, false
+			}
+			val, i = b[i+1:j], j+1
+		} else {
+			j = i
+			for j < len(b) && b[j] != ',' && b[j] != '}' {
+				j++
+			}
+			val, i = b[i:j], j
+		}
+		var err error
+		switch string(key) {
+		case "symbol":
+			c.Symbol = string(val)
+		case "timeframe":
+			c.Timeframe = string(val)
+		case "open_time":
+			c.OpenTime, err = strconv.ParseInt(string(val), 10, 64)
+		case "close_time":
+			c.CloseTime, err = strconv.ParseInt(string(val), 10, 64)
+		case "open":
+			c.Open, err = decimal.Parse(val)
+		case "high":
+			c.High, err = decimal.Parse(val)
+		case "low":
+			c.Low, err = decimal.Parse(val)
+		case "close":
+			c.Close, err = decimal.Parse(val)
+		case "volume":
+			c.Volume, err = decimal.Parse(val)
+		case "quote_volume":
+			c.QuoteVolume, err = decimal.Parse(val)
+		case "trades":
+			c.Trades, err = strconv.ParseInt(string(val), 10, 64)
+		case "gap":
+			switch string(val) {
+			case "true":
+				c.Gap = true
+			case "false":
+			default:
+				return c, false
+			}
+		case "final":
+		default:
+			return c, false
+		}
+		if err != nil || (quoted && (string(key) == "open_time" || string(key) == "close_time" || string(key) == "trades")) {
+			return c, false
+		}
+		if i >= len(b) {
+			return c, false
+		}
+		switch b[i] {
+		case ',':
+			i++
+		case '}':
+			return c, i == len(b)-1
+		default:
+			return c, false
+		}
+	}
 }
 
 // ErrTime is returned by ParseEventTime for a value that is neither.

@@ -14,6 +14,7 @@ package decimal
 import (
 	"errors"
 	"math/bits"
+	"strconv"
 )
 
 // Scale is the number of decimal places every Decimal carries.
@@ -306,6 +307,31 @@ func (d Decimal) Append(dst []byte) []byte {
 		dst = append(dst, '-')
 	}
 	m := d.abs()
+	// Integer part and fraction: m = ip×10^18 + frac, two 128/64 divisions.
+	q1, r := bits.Div64(0, m.hi, unit)
+	ip, frac := bits.Div64(r, m.lo, unit)
+	if q1 != 0 {
+		return m.appendSlow(dst)
+	}
+	dst = strconv.AppendUint(dst, ip, 10)
+	if frac == 0 {
+		return dst
+	}
+	var buf [Scale]byte
+	for i := Scale - 1; i >= 0; i-- {
+		buf[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	end := Scale
+	for buf[end-1] == '0' {
+		end--
+	}
+	dst = append(dst, '.')
+	return append(dst, buf[:end]...)
+}
+
+// appendSlow formats a magnitude whose integer part exceeds 64 bits.
+func (m Decimal) appendSlow(dst []byte) []byte {
 	var buf [40]byte
 	pos := len(buf)
 	hi, lo := m.hi, m.lo

@@ -139,3 +139,21 @@ func BenchmarkMul(b *testing.B) {
 		}
 	}
 }
+
+// Values whose integer part needs more than 64 bits take the slow path and
+// still format exactly.
+func TestAppendLargeIntegerPart(t *testing.T) {
+	for _, s := range []string{"18446744073709551616", "-170141183460469231731.687303715884105727", "99999999999999999999.5"} {
+		if got := MustParse(s).String(); got != s {
+			t.Errorf("%s formats as %s", s, got)
+		}
+	}
+}
+
+func BenchmarkAppend(b *testing.B) {
+	d := MustParse("65432.12345678")
+	buf := make([]byte, 0, 64)
+	for b.Loop() {
+		buf = d.Append(buf[:0])
+	}
+}
