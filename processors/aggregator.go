@@ -73,11 +73,11 @@ type keyState struct {
 	prevClose decimal.Decimal // close of the last emitted candle
 	lastTS    int64           // largest event time of the key's trades
 
-	pending            int64        // close time that makes this key emit next
-	hidx               int          // index in the heap, -1 when not scheduled
-	dropped            []droppedWin // emitted windows whose id chunks must be deleted
-	curOpen, curClose  int64        // window of the last trade (cache)
-	dirty, act, delete bool
+	pending             int64        // close time that makes this key emit next
+	hidx                int          // index in the heap, -1 when not scheduled
+	dropped             []droppedWin // emitted windows whose id chunks must be deleted
+	curOpen, curClose   int64        // window of the last trade (cache)
+	dirty, act, deleted bool
 }
 
 // NewAggregator checks cfg and returns an Aggregator with empty state.
@@ -235,7 +235,7 @@ func (a *Aggregator) Active(fn func(c *candle.Candle)) {
 	for i, k := range a.active {
 		a.active[i] = nil
 		k.act = false
-		if k.delete || len(k.wins) == 0 {
+		if k.deleted || len(k.wins) == 0 {
 			continue
 		}
 		a.scratch = a.candleOf(k, k.wins[len(k.wins)-1])

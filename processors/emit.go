@@ -110,7 +110,7 @@ func (a *Aggregator) deleteKey(k *keyState) {
 		a.recycle(k, w)
 	}
 	k.wins = nil
-	k.delete = true
+	k.deleted = true
 	a.touch(k)
 }
 

@@ -65,7 +65,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 			}
 		}
 		k.dropped = k.dropped[:0]
-		if k.delete {
+		if k.deleted {
 			if cur := a.keys[k.key]; cur == nil || cur == k {
 				a.kbuf = append(append(a.kbuf[:0], entryKey), k.key...)
 				fn(a.kbuf, nil)
