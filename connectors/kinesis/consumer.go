@@ -186,25 +186,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	stop()
 	loops.Wait()
-	c.stopAll(ErrShutdown)
-	c.wg.Wait()
+	c.wg.Wait() // workers derive from runCtx: stop() ended them; each gets Lost and releases
+
 	return nil
 }
-
-// ErrShutdown is the cause given to shards stopped because Run ended.
-var ErrShutdown = errors.New("kinesis: consumer shut down")
 
 func (c *Consumer) logErr(err error, msg string) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		c.log.Warn("kinesis: "+msg, "err", err)
-	}
-}
-
-func (c *Consumer) stopAll(cause error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, w := range c.held {
-		w.cancel(cause)
 	}
 }
 
