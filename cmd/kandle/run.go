@@ -28,6 +28,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	listenAddr := fs.String("dev-broker-listen", "127.0.0.1:9092", "where the embedded dev broker listens when the topology says brokers: embedded")
 	only := fs.String("only", "", "comma-separated processor/sink names to run (default all)")
 	txnTimeout := fs.Duration("transaction-timeout", 10*time.Second, "Kafka transaction timeout: the longest a crashed instance's open transaction can hold back readers")
+	sessionTimeout := fs.Duration("session-timeout", 10*time.Second, "consumer group session timeout: how long a crashed or frozen instance keeps its partitions before the group moves them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +53,8 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	opts := append(sinks, engine.WithLogger(e.log), engine.WithRegisterer(reg), engine.WithStateDir(*stateDir),
-		engine.WithInstanceID(*instance), engine.WithDevBrokerListen(*listenAddr), engine.WithTransactionTimeout(*txnTimeout))
+		engine.WithInstanceID(*instance), engine.WithDevBrokerListen(*listenAddr), engine.WithTransactionTimeout(*txnTimeout),
+		engine.WithSessionTimeout(*sessionTimeout))
 	if b := splitList(*brokers); len(b) > 0 {
 		opts = append(opts, engine.WithBrokers(b))
 	}
