@@ -1,0 +1,43 @@
+// Package topotest runs topology unit tests written in YAML: input records
+// per source partition, the candles each processor must close and the dead
+// letters the records must produce. A test runs in process through
+// engine.Pipeline — no broker, no wall clock — so it is deterministic and
+// fast, and an analyst can check a topology edit before deploying it with
+// `kandle test`.
+//
+// A test file (conventionally NAME_test.yaml, next to the topology):
+//
+//	topology: crypto.yaml          # relative to this file
+//	now: 2026-01-01T00:00:00Z      # optional clock for the future guard (default: far future, guard never fires)
+//	tests:
+//	  - name: ten tenths make one
+//	    now: ...                   # optional, overrides the file's now
+//	    input:
+//	      trades:                  # source name
+//	        - partition: 0         # optional, default 0
+//	          offset: 0            # optional: first offset of this block (default: continue the partition)
+//	          records:
+//	            - {symbol: BTC, ts: "2026-01-01T00:00:01Z", price: "100", qty: "0.1", trade_id: 1}
+//	            - '{"symbol":"BTC", broken'    # a string is sent verbatim
+//	    expect:
+//	      1m:                      # processor name: its closed candles, in emission order
+//	        - {symbol: BTC, open_time: "2026-01-01T00:00:00Z", open: "100", volume: "1", trades: 10}
+//	      dead_letters:            # rejections of any processor, in order
+//	        - {reason: malformed_json, partition: 0, offset: 3}
+//	    expect_exactly: true       # default
+//
+// Records given as YAML mappings are re-encoded as JSON from the YAML text,
+// never through float64: a YAML number 100.5 becomes the JSON number 100.5,
+// a quoted "7" stays a string. Blocks are fed in the order written; write
+// several blocks to interleave partitions.
+//
+// Expectations compare only the fields they give: symbol, timeframe,
+// open_time, close_time (RFC 3339 or epoch ms), open, high, low, close,
+// volume, quote_volume (exact decimals: "1" equals "1.0"), trades and gap for
+// candles; stage, reason, partition, offset, key and detail (a substring)
+// for dead letters. Only the processors listed under expect are checked, and
+// dead letters only when dead_letters is listed (write `dead_letters: []` to
+// assert there are none). With expect_exactly (the default) a checked list
+// must match the produced one line for line; with expect_exactly: false the
+// expectations need only appear in that order among what was produced.
+package topotest

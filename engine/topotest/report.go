@@ -1,0 +1,134 @@
+package topotest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/kandle/kandle/topology/spec"
+)
+
+// Runner runs test files and reports like `go test`: a --- PASS or --- FAIL
+// line per test, the diff of each failure, and an ok/FAIL line per file.
+type Runner struct {
+	w   io.Writer
+	cfg *config
+}
+
+// Summary counts the tests a Runner ran.
+type Summary struct {
+	Passed, Failed int
+	Broken         int // files that could not be loaded or run
+}
+
+// OK reports whether everything passed.
+func (s Summary) OK() bool { return s.Failed == 0 && s.Broken == 0 }
+
+// NewRunner returns a Runner printing to w.
+func NewRunner(w io.Writer, opts ...Option) *Runner {
+	return &Runner{w: w, cfg: newConfig(opts)}
+}
+
+// Run runs every test of each file, in order, and prints the report. A file
+// that does not load is reported (file:line:col) and counted as broken; the
+// other files still run.
+func (r *Runner) Run(paths ...string) Summary {
+	var sum Summary
+	for _, path := range paths {
+		s := r.file(path)
+		sum.Passed += s.Passed
+		sum.Failed += s.Failed
+		sum.Broken += s.Broken
+	}
+	if len(paths) > 1 {
+		status := "ok"
+		if !sum.OK() {
+			status = "FAIL"
+		}
+		fmt.Fprintf(r.w, "%s\t%d passed, %d failed, %d of %d files broken\n", status, sum.Passed, sum.Failed, sum.Broken, len(paths))
+	}
+	return sum
+}
+
+func (r *Runner) file(path string) Summary {
+	start := time.Now()
+	var sum Summary
+	suite, err := Load(path, WithRegistry(r.cfg.reg))
+	if err != nil {
+		var ps spec.Problems
+		if errors.As(err, &ps) {
+			for _, p := range ps {
+				fmt.Fprintln(r.w, p.Error())
+			}
+		} else {
+			fmt.Fprintln(r.w, err)
+		}
+		fmt.Fprintf(r.w, "FAIL\t%s\t[load failed]\n", path)
+		sum.Broken++
+		return sum
+	}
+	for _, c := range suite.Cases {
+		name := c.FullName()
+		if r.cfg.run != nil && !r.cfg.run.MatchString(name) {
+			continue
+		}
+		if r.cfg.verbose {
+			fmt.Fprintf(r.w, "=== RUN   %s\n", name)
+		}
+		o, err := c.Run()
+		if err != nil {
+			fmt.Fprintf(r.w, "--- FAIL: %s\n    %v\n", name, err)
+			sum.Failed++
+			continue
+		}
+		if r.cfg.verbose {
+			r.produced(o)
+		}
+		secs := o.Elapsed.Seconds()
+		if o.Pass {
+			sum.Passed++
+			if r.cfg.verbose {
+				fmt.Fprintf(r.w, "--- PASS: %s (%.2fs)\n", name, secs)
+			}
+			continue
+		}
+		sum.Failed++
+		fmt.Fprintf(r.w, "--- FAIL: %s (%.2fs)\n", name, secs)
+		fmt.Fprintf(r.w, "    %s:%d: %s\n", c.File, c.Line, c.Name)
+		fmt.Fprint(r.w, indent(o.Diff, "    "))
+	}
+	status := "ok  "
+	if sum.Failed > 0 {
+		status = "FAIL"
+	}
+	fmt.Fprintf(r.w, "%s\t%s\t%.3fs\t%d passed, %d failed\n", status, filepath.ToSlash(path), time.Since(start).Seconds(), sum.Passed, sum.Failed)
+	return sum
+}
+
+// produced prints every candle and dead letter of a test (-v).
+func (r *Runner) produced(o *Outcome) {
+	for i := range o.Candles {
+		p := &o.Candles[i]
+		fmt.Fprintf(r.w, "    candle %s p%d: %s\n", p.Stage, p.Partition, formatCandle(&p.Candle))
+	}
+	for _, d := range o.DeadLetters {
+		fmt.Fprintf(r.w, "    dead letter: %s\n", d)
+	}
+}
+
+func indent(s, prefix string) string {
+	if s == "" {
+		return ""
+	}
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString(prefix + l)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,74 @@
+package topotest
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/processors"
+)
+
+// Outcome is what one test produced and whether it matched.
+type Outcome struct {
+	Pass    bool
+	Diff    string // readable expected-vs-got report when !Pass
+	Elapsed time.Duration
+	// Produced, in emission order: every closed candle of every stage and
+	// every dead letter.
+	Candles     []Produced
+	DeadLetters []string // compact one-line form
+}
+
+// Produced is one closed candle and the stage and output partition it came from.
+type Produced struct {
+	Stage     string
+	Partition int32
+	Candle    candle.Candle
+}
+
+// FullName is "file_test.yaml/test name", the name -run matches.
+func (c *Case) FullName() string { return filepath.Base(c.File) + "/" + c.Name }
+
+// Run runs the test in a fresh in-process pipeline. The error is for a
+// pipeline that could not be built or fed, not for a failed expectation.
+func (c *Case) Run() (*Outcome, error) {
+	start := time.Now()
+	now := c.now
+	if now.IsZero() {
+		now = farFuture
+	}
+	p, err := engine.NewPipeline(c.suite.Topology, processors.FixedClock{T: now})
+	if err != nil {
+		return nil, fmt.Errorf("%s:%d: test %q: build pipeline: %w", c.File, c.Line, c.Name, err)
+	}
+	o := &Outcome{}
+	got := map[string][]*candle.Candle{}
+	var dls []deadLetter
+	p.OnCandle = func(stage, _ string, cd *candle.Candle, part int32) {
+		o.Candles = append(o.Candles, Produced{Stage: stage, Partition: part, Candle: *cd})
+		cp := *cd
+		got[stage] = append(got[stage], &cp)
+	}
+	p.OnReject = func(stage string, r *processors.Rejection) {
+		d := deadLetter{stage: stage, r: *r}
+		d.r.Value = append([]byte(nil), r.Value...)
+		dls = append(dls, d)
+		o.DeadLetters = append(o.DeadLetters, formatDeadLetter(&d))
+	}
+	for _, f := range c.feeds {
+		if err := p.Feed(f.source, f.partition, f.offset, f.value); err != nil {
+			return nil, fmt.Errorf("%s:%d: test %q: feed %s p%d@%d: %w", c.File, c.Line, c.Name, f.source, f.partition, f.offset, err)
+		}
+	}
+	var d diffWriter
+	for _, st := range c.stages {
+		d.candles(st, c.candles[st], got[st], c.exactly)
+	}
+	if c.dlChecked {
+		d.deadLetters(c.dls, dls, c.exactly)
+	}
+	o.Pass, o.Diff, o.Elapsed = d.failed == 0, d.b.String(), time.Since(start)
+	return o, nil
+}
