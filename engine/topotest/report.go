@@ -48,7 +48,11 @@ func (r *Runner) Run(paths ...string) Summary {
 		if !sum.OK() {
 			status = "FAIL"
 		}
-		fmt.Fprintf(r.w, "%s\t%d passed, %d failed, %d of %d files broken\n", status, sum.Passed, sum.Failed, sum.Broken, len(paths))
+		fmt.Fprintf(r.w, "%s\t%d passed, %d failed in %d files", status, sum.Passed, sum.Failed, len(paths))
+		if sum.Broken > 0 {
+			fmt.Fprintf(r.w, " (%d did not load)", sum.Broken)
+		}
+		fmt.Fprintln(r.w)
 	}
 	return sum
 }
@@ -104,7 +108,11 @@ func (r *Runner) file(path string) Summary {
 	if sum.Failed > 0 {
 		status = "FAIL"
 	}
-	fmt.Fprintf(r.w, "%s\t%s\t%.3fs\t%d passed, %d failed\n", status, filepath.ToSlash(path), time.Since(start).Seconds(), sum.Passed, sum.Failed)
+	counts := fmt.Sprintf("%d passed, %d failed", sum.Passed, sum.Failed)
+	if sum.Passed+sum.Failed == 0 {
+		counts = "[no tests to run]"
+	}
+	fmt.Fprintf(r.w, "%s\t%s\t%.3fs\t%s\n", status, filepath.ToSlash(path), time.Since(start).Seconds(), counts)
 	return sum
 }
 
