@@ -115,16 +115,22 @@ func (d *diffWriter) deadLetters(wants []wantDeadLetter, gots []deadLetter, exac
 	ops := align(len(wants), len(gots), func(w, g int) bool { return wants[w].matches(&gots[g]) })
 	var lines []line
 	bad := 0
-	for _, o := range ops {
-		switch {
-		case o.kind == ' ':
-			lines = append(lines, line{text: "    " + formatDeadLetter(&gots[o.got])})
-		case o.kind == '-':
-			bad++
-			lines = append(lines, line{text: fmt.Sprintf("  - %s   (line %d)", &wants[o.want], wants[o.want].line), keep: true})
-		case exactly:
-			bad++
-			lines = append(lines, line{text: "  + " + formatDeadLetter(&gots[o.got]), keep: true})
+	for _, blk := range blocks(ops) {
+		for _, kind := range []byte{' ', '-', '+'} { // in a block of differences, missing lines first
+			for _, o := range blk {
+				switch {
+				case o.kind != kind:
+				case kind == ' ':
+					lines = append(lines, line{text: "    " + formatDeadLetter(&gots[o.got])})
+				case kind == '-':
+					bad++
+					w := &wants[o.want]
+					lines = append(lines, line{text: fmt.Sprintf("  - %s   (line %d)", w, w.line), keep: true})
+				case exactly:
+					bad++
+					lines = append(lines, line{text: "  + " + formatDeadLetter(&gots[o.got]), keep: true})
+				}
+			}
 		}
 	}
 	if bad == 0 {
