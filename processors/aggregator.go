@@ -40,7 +40,7 @@ type Aggregator struct {
 	dec                   *Decoder
 	clock                 Clock
 
-	keys map[string]*keyState
+	keys keyTable
 	heap keyHeap
 
 	// Partition state.
@@ -78,6 +78,7 @@ type keyState struct {
 	dropped             []droppedWin // emitted windows whose id chunks must be deleted
 	curOpen, curClose   int64        // window of the last trade (cache)
 	dirty, act, deleted bool
+	admitted            bool // a trade of it passed the decoder's key check (restored keys have not)
 }
 
 // NewAggregator checks cfg and returns an Aggregator with empty state.
@@ -105,7 +106,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
 		dec: cfg.Decoder, clock: clock,
-		keys: make(map[string]*keyState),
+		keys: newKeyTable(),
 	}, nil
 }
 
@@ -131,7 +132,15 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	}
 	t := &a.trade
 	var quote decimal.Decimal
-	if rej, ok := a.dec.decode(rec.Value, t, &quote); !ok {
+	kb, rej, ok := a.dec.scan(rec.Value, t, &quote)
+	if !ok {
+		reject(out, rec, rej)
+		return
+	}
+	k := a.keys.get(kb)
+	if k != nil && k.admitted {
+		t.Key = k.key
+	} else if t.Key, rej, ok = a.dec.intern(kb); !ok {
 		reject(out, rec, rej)
 		return
 	}
@@ -143,7 +152,6 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 			return
 		}
 	}
-	k := a.keys[t.Key]
 	var open, close int64
 	if k != nil && t.TS >= k.curOpen && t.TS < k.curClose {
 		open, close = k.curOpen, k.curClose
@@ -182,8 +190,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	}
 	if k == nil {
 		k = &keyState{key: t.Key, hidx: -1}
-		a.keys[t.Key] = k
+		a.keys.put(k)
 	}
+	k.admitted = true
 	if w == nil {
 		w = a.newWindow(open, close)
 		k.insert(w)

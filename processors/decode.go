@@ -128,13 +128,22 @@ func (d *Decoder) addPath(path string, field int) error {
 // strings.Clone(t.ID) to keep it beyond that.
 func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool) {
 	var quote decimal.Decimal
-	return d.decode(value, t, &quote)
+	kb, rej, ok := d.scan(value, t, &quote)
+	if !ok {
+		return rej, false
+	}
+	t.Key, rej, ok = d.intern(kb)
+	return rej, ok
 }
 
-// decode is Decode that also returns price × qty, checked for exactness.
-func (d *Decoder) decode(value []byte, t *candle.Trade, quote *decimal.Decimal) (Rejection, bool) {
+// scan is Decode without the key lookup: it validates the record, fills
+// every field of t but Key, sets quote to price × qty (checked for
+// exactness) and returns the key's bytes (which may alias d's scratch).
+// The caller resolves them with intern, or with its own table of keys that
+// intern admitted before.
+func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (kb []byte, rej Rejection, ok bool) {
 	if d.cfg.MaxRecordBytes > 0 && len(value) > d.cfg.MaxRecordBytes {
-		return Rejection{Reason: ReasonOversized,
+		return nil, Rejection{Reason: ReasonOversized,
 			Detail: fmt.Sprintf("record is %d bytes, the limit is %d", len(value), d.cfg.MaxRecordBytes)}, false
 	}
 	d.caps = [numFields]span{}
@@ -146,22 +155,21 @@ func (d *Decoder) decode(value []byte, t *candle.Trade, quote *decimal.Decimal) 
 		root = nil
 	}
 	if _, ok := s.value(root, 0); !ok {
-		return Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("invalid JSON near byte %d", s.pos)}, false
+		return nil, Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("invalid JSON near byte %d", s.pos)}, false
 	}
 	if s.ws(); s.pos != len(value) {
-		return Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("unexpected data after the JSON value at byte %d", s.pos)}, false
+		return nil, Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("unexpected data after the JSON value at byte %d", s.pos)}, false
 	}
 	if !isObj {
-		return Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"}, false
+		return nil, Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"}, false
 	}
 	c := &d.caps
 	for _, f := range [...]int{fKey, fTime, fPrice, fQty} {
 		if d.names[f] != "" && (c[f].kind == kindNone || c[f].kind == kindNull) {
-			return Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", d.names[f])}, false
+			return nil, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", d.names[f])}, false
 		}
 	}
 	// Key: a non-empty string or a number.
-	var kb []byte
 	switch c[fKey].kind {
 	case kindString, kindNumber:
 		kb = value[c[fKey].start:c[fKey].end]
@@ -170,15 +178,9 @@ func (d *Decoder) decode(value []byte, t *candle.Trade, quote *decimal.Decimal) 
 		kb = d.keyBuf
 	}
 	if len(kb) == 0 {
-		return Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])}, false
+		return nil, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])}, false
 	}
-	key, known := d.keys[string(kb)]
-	rawKey := func() string {
-		if known {
-			return key
-		}
-		return string(kb)
-	}
+	rawKey := func() string { return string(kb) }
 	// Trade id: optional, a string or a number (7 and "7" are the same id).
 	t.ID = ""
 	if d.names[fID] != "" {
@@ -192,45 +194,52 @@ func (d *Decoder) decode(value []byte, t *candle.Trade, quote *decimal.Decimal) 
 			t.ID = string(d.idBuf)
 		case kindNone, kindNull:
 		default:
-			return Rejection{Reason: ReasonMissingField, Key: rawKey(),
+			return nil, Rejection{Reason: ReasonMissingField, Key: rawKey(),
 				Detail: fmt.Sprintf("field %q must be a string or a number", d.names[fID])}, false
 		}
 	}
 	// Event time.
 	ts, err := d.eventTime(value, c[fTime])
 	if err != nil {
-		return Rejection{Reason: ReasonInvalidTS, Key: rawKey(),
+		return nil, Rejection{Reason: ReasonInvalidTS, Key: rawKey(),
 			Detail: fmt.Sprintf("field %q: %v", d.names[fTime], err)}, false
 	}
 	price, detail := d.positive(value, c[fPrice], fPrice)
 	if detail != "" {
-		return Rejection{Reason: ReasonInvalidPrice, Key: rawKey(), Detail: detail}, false
+		return nil, Rejection{Reason: ReasonInvalidPrice, Key: rawKey(), Detail: detail}, false
 	}
 	qty := d.one
 	if d.names[fQty] != "" {
 		if qty, detail = d.positive(value, c[fQty], fQty); detail != "" {
-			return Rejection{Reason: ReasonInvalidQty, Key: rawKey(), Detail: detail}, false
+			return nil, Rejection{Reason: ReasonInvalidQty, Key: rawKey(), Detail: detail}, false
 		}
 	}
 	q, err := price.Mul(qty)
 	if err != nil {
-		return Rejection{Reason: ReasonInvalidQty, Key: rawKey(),
+		return nil, Rejection{Reason: ReasonInvalidQty, Key: rawKey(),
 			Detail: fmt.Sprintf("price × qty (%s × %s) is not exact: %v", price, qty, err)}, false
 	}
-	if !known {
-		if d.whitelist {
-			return Rejection{Reason: ReasonUnknownKey, Key: string(kb),
-				Detail: fmt.Sprintf("key %q is not in the symbols list", kb)}, false
-		}
-		if len(d.keys) >= maxInterned {
-			clear(d.keys)
-		}
-		key = string(kb)
-		d.keys[key] = key
-	}
-	t.Key, t.TS, t.Price, t.Qty = key, ts, price, qty
+	t.TS, t.Price, t.Qty = ts, price, qty
 	*quote = q
-	return Rejection{}, true
+	return kb, Rejection{}, true
+}
+
+// intern returns the stable string of the key spelled kb, or rejects it
+// when a whitelist is set and does not hold it.
+func (d *Decoder) intern(kb []byte) (string, Rejection, bool) {
+	if key, ok := d.keys[string(kb)]; ok {
+		return key, Rejection{}, true
+	}
+	if d.whitelist {
+		return "", Rejection{Reason: ReasonUnknownKey, Key: string(kb),
+			Detail: fmt.Sprintf("key %q is not in the symbols list", kb)}, false
+	}
+	if len(d.keys) >= maxInterned {
+		clear(d.keys)
+	}
+	key := string(kb)
+	d.keys[key] = key
+	return key, Rejection{}, true
 }
 
 func (d *Decoder) eventTime(value []byte, sp span) (int64, error) {

@@ -105,7 +105,7 @@ func (a *Aggregator) schedule(k *keyState) {
 
 func (a *Aggregator) deleteKey(k *keyState) {
 	a.heap.remove(k)
-	delete(a.keys, k.key)
+	a.keys.del(k.key)
 	for _, w := range k.wins {
 		a.recycle(k, w)
 	}

@@ -1,6 +1,10 @@
 package processors
 
-import "unicode/utf8"
+import (
+	"encoding/binary"
+	"math/bits"
+	"unicode/utf8"
+)
 
 // A small validating JSON scanner. It walks a record once, checks that it is
 // well-formed JSON, and records the byte spans of the configured fields
@@ -36,6 +40,7 @@ type pathLevel struct {
 
 type pathNode struct {
 	name     string
+	word     uint64     // name's bytes, little-endian, when it has at most 8
 	field    int        // index into the capture array, -1 for an inner node
 	children *pathLevel // nil for a leaf
 }
@@ -43,11 +48,38 @@ type pathNode struct {
 // index fills the first-byte tables of l and its descendants.
 func (l *pathLevel) index() {
 	for i := range l.nodes {
-		l.first[l.nodes[i].name[0]] = true
+		n := &l.nodes[i]
+		l.first[n.name[0]] = true
+		if len(n.name) <= 8 {
+			var w [8]byte
+			copy(w[:], n.name)
+			n.word = binary.LittleEndian.Uint64(w[:])
+		}
 		if c := l.nodes[i].children; c != nil {
 			c.index()
 		}
 	}
+}
+
+// find returns the node named name (which starts at b[start]), or nil.
+// Names of up to 8 bytes compare as one word when b has 8 bytes to load.
+func (l *pathLevel) find(b []byte, start int, name []byte) *pathNode {
+	if len(name) <= 8 && start+8 <= len(b) {
+		// (a shift by 64 is 0 in Go, so an 8-byte name keeps every bit)
+		w := binary.LittleEndian.Uint64(b[start:]) & (1<<(8*uint(len(name))) - 1)
+		for k := range l.nodes {
+			if n := &l.nodes[k]; n.word == w && len(n.name) == len(name) {
+				return n
+			}
+		}
+		return nil
+	}
+	for k := range l.nodes {
+		if n := &l.nodes[k]; n.name == string(name) {
+			return n
+		}
+	}
+	return nil
 }
 
 type scanner struct {
@@ -56,13 +88,7 @@ type scanner struct {
 	cap *[numFields]span
 }
 
-func (s *scanner) ws() {
-	b, i := s.b, s.pos
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	s.pos = i
-}
+func (s *scanner) ws() { s.pos = skipWS(s.b, s.pos) }
 
 // value scans one JSON value. When it is an object and lvl is not nil,
 // members named in lvl are captured or descended into.
@@ -119,44 +145,70 @@ func (s *scanner) lit(word string, k byte) (span, bool) {
 // str scans a string starting at its opening quote; it reports whether the
 // string holds escapes.
 func (s *scanner) str() (esc, ok bool) {
-	b, i := s.b, s.pos+1 // locals: the hot loop stays in registers
+	s.pos, esc, ok = scanStr(s.b, s.pos)
+	return esc, ok
+}
+
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// special flags (in the high bit of each byte) the bytes of x that end a
+// plain run of string body: '"', '\\' or a control character. Only the
+// lowest flag is exact, which is all scanStr needs.
+func special(x uint64) uint64 {
+	q := x ^ (ones * '"')
+	bs := x ^ (ones * '\\')
+	return ((q-ones)&^q | (bs-ones)&^bs | (x-ones*0x20)&^x) & highs
+}
+
+// scanStr scans the string whose opening quote is at q. It returns the
+// position after the closing quote, or on failure the position the error is
+// reported at (the same positions as a byte-by-byte scan).
+func scanStr(b []byte, q int) (end int, esc, ok bool) {
+	i := q + 1
 	for {
+		for i+8 <= len(b) { // eight bytes at a time
+			if m := special(binary.LittleEndian.Uint64(b[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				goto found
+			}
+			i += 8
+		}
 		for i < len(b) && plain[b[i]] {
 			i++
 		}
 		if i >= len(b) {
-			s.pos = i
-			return false, false
+			return i, false, false
 		}
+	found:
 		switch c := b[i]; {
 		case c == '"':
-			s.pos = i + 1
-			return esc, true
+			return i + 1, esc, true
 		case c == '\\':
 			esc = true
 			if i+1 >= len(b) {
-				return false, false
+				return q, false, false
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
 				if i+6 > len(b) {
-					return false, false
+					return q, false, false
 				}
 				for _, h := range b[i+2 : i+6] {
 					if !isHex(h) {
-						return false, false
+						return q, false, false
 					}
 				}
 				i += 6
 			default:
-				s.pos = i
-				return false, false
+				return i, false, false
 			}
 		default: // a control character
-			s.pos = i
-			return false, false
+			return i, false, false
 		}
 	}
 }
@@ -174,102 +226,161 @@ func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }
 
-func (s *scanner) digits() bool {
-	b, i := s.b, s.pos
-	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-		i++
-	}
-	n := i - s.pos
-	s.pos = i
-	return n > 0
-}
-
 // number scans -?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?
 func (s *scanner) number() bool {
-	if s.b[s.pos] == '-' {
-		s.pos++
-	}
-	if s.pos >= len(s.b) {
-		return false
-	}
-	if s.b[s.pos] == '0' {
-		s.pos++
-	} else if !s.digits() {
-		return false
-	}
-	if s.pos < len(s.b) && s.b[s.pos] == '.' {
-		s.pos++
-		if !s.digits() {
-			return false
-		}
-	}
-	if s.pos < len(s.b) && (s.b[s.pos] == 'e' || s.b[s.pos] == 'E') {
-		s.pos++
-		if s.pos < len(s.b) && (s.b[s.pos] == '+' || s.b[s.pos] == '-') {
-			s.pos++
-		}
-		if !s.digits() {
-			return false
-		}
-	}
-	return true
+	var ok bool
+	s.pos, ok = scanNum(s.b, s.pos)
+	return ok
 }
 
+// scanNum scans the number starting at i. It returns the position after it,
+// or on failure the position the error is reported at.
+func scanNum(b []byte, i int) (int, bool) {
+	if b[i] == '-' {
+		i++
+	}
+	if i >= len(b) {
+		return i, false
+	}
+	if b[i] == '0' {
+		i++
+	} else {
+		j := i
+		for j < len(b) && isDigit(b[j]) {
+			j++
+		}
+		if j == i {
+			return i, false
+		}
+		i = j
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		j := i
+		for j < len(b) && isDigit(b[j]) {
+			j++
+		}
+		if j == i {
+			return i, false
+		}
+		i = j
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		j := i
+		for j < len(b) && isDigit(b[j]) {
+			j++
+		}
+		if j == i {
+			return i, false
+		}
+		i = j
+	}
+	return i, true
+}
+
+func isDigit(c byte) bool { return c-'0' < 10 }
+
+// skipWS returns the position of the first non-space byte at or after i.
+func skipWS(b []byte, i int) int {
+	for i < len(b) && b[i] <= ' ' && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// object scans an object whose '{' is at s.pos. It is the hot loop of a
+// decode: strings, numbers and literals are scanned inline on locals, and
+// only nested objects and arrays go through value.
 func (s *scanner) object(lvl *pathLevel, depth int) bool {
-	s.pos++ // '{'
-	s.ws()
-	if s.pos < len(s.b) && s.b[s.pos] == '}' {
-		s.pos++
+	b := s.b
+	i := skipWS(b, s.pos+1)
+	if i < len(b) && b[i] == '}' {
+		s.pos = i + 1
 		return true
 	}
 	for {
-		s.ws()
-		if s.pos >= len(s.b) || s.b[s.pos] != '"' {
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] != '"' {
+			s.pos = i
 			return false
 		}
-		nameStart := s.pos + 1
-		esc, ok := s.str()
+		nameStart := i + 1
+		j, esc, ok := scanStr(b, i)
 		if !ok {
+			s.pos = j
 			return false
 		}
-		name := s.b[nameStart : s.pos-1]
-		s.ws()
-		if s.pos >= len(s.b) || s.b[s.pos] != ':' {
-			return false
+		name := b[nameStart : j-1]
+		i = j
+		if i >= len(b) || b[i] != ':' {
+			if i = skipWS(b, i); i >= len(b) || b[i] != ':' {
+				s.pos = i
+				return false
+			}
 		}
-		s.pos++
+		i = skipWS(b, i+1)
 		var node *pathNode
 		if lvl != nil && !esc && len(name) > 0 && lvl.first[name[0]] {
-			for i := range lvl.nodes {
-				if n := lvl.nodes[i].name; len(n) == len(name) && n[0] == name[0] && n == string(name) {
-					node = &lvl.nodes[i]
-					break
-				}
-			}
+			node = lvl.find(b, nameStart, name)
+		}
+		if i >= len(b) {
+			s.pos = i
+			return false
 		}
 		var sp span
-		if node != nil {
-			sp, ok = s.value(node.children, depth)
-			if ok && node.field >= 0 {
-				s.cap[node.field] = sp
+		switch c := b[i]; {
+		case c == '"':
+			j, esc, ok := scanStr(b, i)
+			if !ok {
+				s.pos = j
+				return false
 			}
-		} else {
-			sp, ok = s.value(nil, depth)
+			sp = span{i + 1, j - 1, kindString}
+			if esc {
+				sp.kind = kindEsc
+			}
+			i = j
+		case c == '-' || isDigit(c):
+			j, ok := scanNum(b, i)
+			if !ok {
+				s.pos = j
+				return false
+			}
+			sp = span{i, j, kindNumber}
+			i = j
+		default: // objects, arrays, literals and errors
+			s.pos = i
+			var children *pathLevel
+			if node != nil {
+				children = node.children
+			}
+			if sp, ok = s.value(children, depth); !ok {
+				return false
+			}
+			i = s.pos
 		}
-		if !ok {
+		if node != nil && node.field >= 0 {
+			s.cap[node.field] = sp
+		}
+		if i >= len(b) || (b[i] != ',' && b[i] != '}') {
+			i = skipWS(b, i)
+		}
+		if i >= len(b) {
+			s.pos = i
 			return false
 		}
-		s.ws()
-		if s.pos >= len(s.b) {
-			return false
-		}
-		switch s.b[s.pos] {
+		switch b[i] {
 		case ',':
-			s.pos++
+			i++
 		case '}':
-			s.pos++
+			s.pos = i + 1
 			return true
 		default:
+			s.pos = i
 			return false
 		}
 	}

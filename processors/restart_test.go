@@ -229,7 +229,7 @@ func TestBoundedState(t *testing.T) {
 		if n := st.count(entryKey); n > 80 {
 			t.Fatalf("%d key entries after 5000 short-lived keys; want ≤ 80 (keys idle > max_idle must be deleted)", n)
 		}
-		if n := len(a.keys); n > 80 {
+		if n := a.keys.len(); n > 80 {
 			t.Fatalf("%d keys in memory; want ≤ 80", n)
 		}
 		checkIDEntries(t, a, st)
@@ -263,7 +263,7 @@ func TestBoundedState(t *testing.T) {
 			t.Fatalf("state grew with history: %d entries, %d bytes at the end vs %d in the middle", len(st), end, mid)
 		}
 		checkIDEntries(t, a, st)
-		for _, k := range a.keys {
+		for k := range a.keys.all() {
 			if len(k.wins) > 2 {
 				t.Fatalf("key %s holds %d open windows; want ≤ 2", k.key, len(k.wins))
 			}
@@ -286,7 +286,7 @@ func (s store) count(kind byte) (n int) {
 func checkIDEntries(t *testing.T, a *Aggregator, st store) {
 	t.Helper()
 	held := 0
-	for _, k := range a.keys {
+	for k := range a.keys.all() {
 		for _, w := range k.wins {
 			held += len(w.nums) + len(w.numIDs) + len(w.ids) + len(w.longIDs)
 		}
