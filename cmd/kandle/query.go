@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/dynamodb"
+)
+
+const queryUsage = `-t topology.yaml -sink NAME [-json] ACTION ARGS...
+
+Actions (the access patterns of the seeds):
+  latest SYMBOL TIMEFRAME                   newest candle of one symbol, e.g. latest BTC 1m
+  range SYMBOL TIMEFRAME -from T -to T      candles with open_time in [from, to), oldest first
+  many SYMBOL,SYMBOL,... TIMEFRAME          newest candle of each symbol (absent ones are skipped)
+  readings KEY -from T -to T                trades/readings of KEY with ts in [from, to), merged over
+                                            the write shards ({shard} in pk)
+
+Times T are RFC 3339 (2026-01-05T10:00:00Z) or epoch milliseconds. -to defaults to now.`
+
+// cmdQuery reads candles (or readings) back from a DynamoDB sink of a
+// topology, through the same key templates the sink writes with, so an
+// operator can check what a chart or an API would see.
+func cmdQuery(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "query", queryUsage,
+		"Reads from the table of a dynamodb sink using the sink's own key templates, region and endpoint.")
+	top := topologyFlag(fs)
+	sinkName := fs.String("sink", "", "name of the dynamodb sink to read (required when the topology has several)")
+	asJSON := fs.Bool("json", false, "print one JSON object per line (candles as on the candle topics) instead of a table")
+	from := fs.String("from", "", "start of the time range, inclusive (range, readings)")
+	to := fs.String("to", "", "end of the time range, exclusive (range, readings; default now)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return fmt.Errorf("name an action: latest, range, many or readings")
+	}
+	t, err := loadTopology(*top)
+	if err != nil {
+		return reportTopology(e, err)
+	}
+	name := *sinkName
+	if name == "" {
+		var names []string
+		for _, n := range sortedKeys(t.Sinks) {
+			if _, ok := t.Sinks[n].Config.(*dynamodb.Config); ok {
+				names = append(names, n)
+			}
+		}
+		if len(names) != 1 {
+			return fmt.Errorf("pick the sink to read with -sink (dynamodb sinks in %s: %s)", t.Name, strings.Join(names, ", "))
+		}
+		name = names[0]
+	}
+	sk, ok := t.Sinks[name]
+	if !ok {
+		return fmt.Errorf("topology %s has no sink %q", t.Name, name)
+	}
+	cfg, ok := sk.Config.(*dynamodb.Config)
+	if !ok {
+		return fmt.Errorf("sink %q is a %s sink; kandle query reads dynamodb sinks", name, sk.Kind)
+	}
+	s, err := dynamodb.New(ctx, *cfg, dynamodb.WithLogger(e.log))
+	if err != nil {
+		return fmt.Errorf("sink %s: %w", name, err)
+	}
+	bounds := func() (int64, int64, error) {
+		if *from == "" {
+			return 0, 0, fmt.Errorf("%s needs -from (RFC 3339 or epoch ms)", pos[0])
+		}
+		lo, err := parseTimeArg(*from)
+		if err != nil {
+			return 0, 0, fmt.Errorf("-from: %w", err)
+		}
+		hi := time.Now().UnixMilli()
+		if *to != "" {
+			if hi, err = parseTimeArg(*to); err != nil {
+				return 0, 0, fmt.Errorf("-to: %w", err)
+			}
+		}
+		if hi <= lo {
+			return 0, 0, fmt.Errorf("-to (%s) must be after -from (%s)", fmtMillis(hi), fmtMillis(lo))
+		}
+		return lo, hi, nil
+	}
+	want := func(n int, shape string) error {
+		if len(pos)-1 != n {
+			return fmt.Errorf("usage: kandle query %s", shape)
+		}
+		return nil
+	}
+	var candles []candle.Candle
+	switch pos[0] {
+	case "latest":
+		if err := want(2, "latest SYMBOL TIMEFRAME"); err != nil {
+			return err
+		}
+		c, ok, err := s.Latest(ctx, pos[1], pos[2])
+		if err != nil {
+			return err
+		}
+		if ok {
+			candles = append(candles, c)
+		}
+	case "range":
+		if err := want(2, "range SYMBOL TIMEFRAME -from T [-to T]"); err != nil {
+			return err
+		}
+		lo, hi, err := bounds()
+		if err != nil {
+			return err
+		}
+		if candles, err = s.Range(ctx, pos[1], pos[2], lo, hi); err != nil {
+			return err
+		}
+	case "many":
+		if err := want(2, "many SYMBOL,SYMBOL,... TIMEFRAME"); err != nil {
+			return err
+		}
+		syms := splitList(pos[1])
+		got, err := s.LatestMany(ctx, syms, pos[2])
+		if err != nil {
+			return err
+		}
+		for _, sym := range syms {
+			if c, ok := got[sym]; ok {
+				candles = append(candles, c)
+			}
+		}
+	case "readings":
+		if err := want(1, "readings KEY -from T [-to T]"); err != nil {
+			return err
+		}
+		lo, hi, err := bounds()
+		if err != nil {
+			return err
+		}
+		trades, err := s.ReadSharded(ctx, pos[1], lo, hi)
+		if err != nil {
+			return err
+		}
+		return writeTradeRows(e.stdout, trades, *asJSON)
+	default:
+		return fmt.Errorf("unknown action %q: use latest, range, many or readings (kandle query -h)", pos[0])
+	}
+	return writeCandleRows(e.stdout, candles, *asJSON)
+}
+
+// parseInterspersed parses flags that may come before, between or after
+// the positional arguments (`range BTC 1m -from …`), which flag.Parse alone
+// stops at.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func parseTimeArg(s string) (int64, error) {
+	ms, err := candle.ParseEventTime([]byte(s), true)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither RFC 3339 (2026-01-05T10:00:00Z) nor epoch milliseconds", s)
+	}
+	return ms, nil
+}
+
+func fmtMillis(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }
+
+func writeCandleRows(w io.Writer, cs []candle.Candle, asJSON bool) error {
+	if asJSON {
+		var b []byte
+		for i := range cs {
+			b = append(cs[i].AppendJSON(b), '\n')
+		}
+		_, err := w.Write(b)
+		return err
+	}
+	if len(cs) == 0 {
+		_, err := fmt.Fprintln(w, "no candles")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SYMBOL\tTF\tOPEN_TIME\tOPEN\tHIGH\tLOW\tCLOSE\tVOLUME\tQUOTE_VOLUME\tTRADES\tGAP")
+	for _, c := range cs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%v\n", c.Symbol, c.Timeframe, fmtMillis(c.OpenTime),
+			c.Open, c.High, c.Low, c.Close, c.Volume, c.QuoteVolume, c.Trades, c.Gap)
+	}
+	return tw.Flush()
+}
+
+func writeTradeRows(w io.Writer, ts []candle.Trade, asJSON bool) error {
+	if asJSON {
+		var b []byte
+		for _, t := range ts {
+			b = append(b, `{"key":`...)
+			b = strconv.AppendQuote(b, t.Key)
+			b = append(b, `,"ts":`...)
+			b = strconv.AppendInt(b, t.TS, 10)
+			b = append(b, `,"price":"`...)
+			b = t.Price.Append(b)
+			b = append(b, `","qty":"`...)
+			b = t.Qty.Append(b)
+			b = append(b, `","trade_id":`...)
+			b = strconv.AppendQuote(b, t.ID)
+			b = append(b, "}\n"...)
+		}
+		_, err := w.Write(b)
+		return err
+	}
+	if len(ts) == 0 {
+		_, err := fmt.Fprintln(w, "no readings")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tTS\tID\tPRICE\tQTY")
+	for _, t := range ts {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Key, fmtMillis(t.TS), t.ID, t.Price, t.Qty)
+	}
+	return tw.Flush()
+}
