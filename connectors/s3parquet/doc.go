@@ -54,4 +54,16 @@
 // throttling) are retried with jittered exponential backoff until the
 // context ends, so an outage pauses the stage instead of losing candles.
 // Candles that can never be stored are returned as a *RejectedError.
+//
+// # Querying
+//
+// The lake reads as one Hive-partitioned dataset, for example in DuckDB:
+//
+//	SELECT * FROM read_parquet('lake/**/*.parquet', hive_partitioning = true)
+//	WHERE timeframe = '1m' AND symbol = 'BTC/USDT' AND year = 2026
+//
+// symbol and timeframe come back as stored in the file, unescaped (the
+// package tests check this with DuckDB). Timeframes differ only by case
+// ("1m" minutes, "1M" months), so a file:// lake needs a case-sensitive
+// file system.
 package s3parquet

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kandle/kandle/candle"
 )
 
 // TestOutage: the S3 endpoint goes away mid-run and comes back on the same
@@ -33,24 +35,25 @@ func TestOutage(t *testing.T) {
 	}
 
 	f.stop()
-	// During the outage: a flush bounded by its context gives up with an
-	// error, and the candles stay buffered.
-	writeBatches(t, s, cs[third-50:2*third], 200)
-	buffered := s.rows
+	// During the outage: writes and a flush bounded by a context give up
+	// with the context's error, and the candles stay buffered.
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	err = s.Flush(short)
+	err = writeAndFlush(short, s, cs[third-50:2*third], 200)
 	cancel()
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Flush during outage = %v, want a context error", err)
 	}
-	if s.rows != buffered || buffered == 0 {
-		t.Fatalf("buffered rows %d after failed flush, want %d", s.rows, buffered)
+	if s.rows == 0 {
+		t.Fatal("nothing buffered after a failed flush")
 	}
 
-	// An unbounded flush waits out the outage.
+	// Unbounded writes and flushes wait out the outage (writes may flush
+	// too, when a day completes).
 	done := make(chan error, 1)
 	retries := counter(t, reg, "kandle_s3parquet_retries_total")
-	go func() { done <- s.Flush(ctx) }()
+	// Everything from the failed call on is delivered again, as after a
+	// failed poll batch.
+	go func() { done <- writeAndFlush(ctx, s, cs[third-50:], 200) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for counter(t, reg, "kandle_s3parquet_retries_total") < retries+3 {
 		if time.Now().After(deadline) {
@@ -73,9 +76,19 @@ func TestOutage(t *testing.T) {
 		t.Fatal("Flush did not finish after S3 came back")
 	}
 
-	writeBatches(t, s, cs[2*third:], 200)
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	checkObjects(t, listObjects(t, f.client(), "lake"), expectedObjects("", cs))
+}
+
+// writeAndFlush writes cs in batches of n and flushes, returning the first
+// error (for use off the test goroutine).
+func writeAndFlush(ctx context.Context, s *Sink, cs []candle.Candle, n int) error {
+	for i := 0; i < len(cs); i += n {
+		if err := s.Write(ctx, cs[i:min(i+n, len(cs))]); err != nil {
+			return err
+		}
+	}
+	return s.Flush(ctx)
 }
