@@ -118,12 +118,8 @@ func (r *Runner) file(path string) Summary {
 
 // produced prints every candle and dead letter of a test (-v).
 func (r *Runner) produced(o *Outcome) {
-	for i := range o.Candles {
-		p := &o.Candles[i]
-		fmt.Fprintf(r.w, "    candle %s p%d: %s\n", p.Stage, p.Partition, formatCandle(&p.Candle))
-	}
-	for _, d := range o.DeadLetters {
-		fmt.Fprintf(r.w, "    dead letter: %s\n", d)
+	for _, l := range o.log {
+		fmt.Fprintf(r.w, "    %s\n", l)
 	}
 }
 

@@ -19,6 +19,8 @@ type Outcome struct {
 	// every dead letter.
 	Candles     []Produced
 	DeadLetters []string // compact one-line form
+
+	log []string // candles and dead letters interleaved as produced (-v)
 }
 
 // Produced is one closed candle and the stage and output partition it came from.
@@ -48,6 +50,7 @@ func (c *Case) Run() (*Outcome, error) {
 	var dls []deadLetter
 	p.OnCandle = func(stage, _ string, cd *candle.Candle, part int32) {
 		o.Candles = append(o.Candles, Produced{Stage: stage, Partition: part, Candle: *cd})
+		o.log = append(o.log, fmt.Sprintf("candle %s p%d: %s", stage, part, formatCandle(cd)))
 		cp := *cd
 		got[stage] = append(got[stage], &cp)
 	}
@@ -56,6 +59,7 @@ func (c *Case) Run() (*Outcome, error) {
 		d.r.Value = append([]byte(nil), r.Value...)
 		dls = append(dls, d)
 		o.DeadLetters = append(o.DeadLetters, formatDeadLetter(&d))
+		o.log = append(o.log, "dead letter: "+o.DeadLetters[len(o.DeadLetters)-1])
 	}
 	for _, f := range c.feeds {
 		if err := p.Feed(f.source, f.partition, f.offset, f.value); err != nil {
