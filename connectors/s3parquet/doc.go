@@ -23,6 +23,10 @@
 // partition, and the object is bounded by one day of one symbol and
 // timeframe (86 400 rows for 1s candles, 1 440 for 1m).
 //
+// On S3 the credentials need s3:GetObject, s3:PutObject and s3:ListBucket
+// on the bucket: without ListBucket, S3 answers a missing object with 403
+// instead of 404, which the sink must treat as a permanent error.
+//
 // Writers must not share a partition: two sink instances flushing the same
 // (timeframe, symbol, day) at once would race on the read-merge-write. The
 // engine keys sinks by partition of the candle topics, and a symbol lives in

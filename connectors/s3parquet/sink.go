@@ -236,6 +236,8 @@ func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 		s.oldest = time.Time{}
 	}
 	s.m.flushes.Observe(time.Since(start).Seconds())
+	s.log.Debug("s3parquet: flushed", "objects", len(keys)-len(failed), "failed", len(failed),
+		"buffered", s.rows, "took", time.Since(start))
 	if len(failed) > 0 {
 		return fmt.Errorf("s3parquet: flush: %d of %d objects not written (their candles stay buffered): %w",
 			len(failed), len(keys), errors.Join(failed[:min(len(failed), 3)]...))

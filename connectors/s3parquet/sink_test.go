@@ -126,7 +126,8 @@ func TestReplayDeterminism(t *testing.T) {
 func TestLastWriteWins(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := New(ctx, Config{URL: "file://" + dir}, WithLogger(quietLogger()))
+	reg := prometheus.NewRegistry()
+	s, err := New(ctx, Config{URL: "file://" + dir}, WithLogger(quietLogger()), WithRegisterer(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +135,16 @@ func TestLastWriteWins(t *testing.T) {
 	writeBatches(t, s, cs, 50)
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// A pure redelivery reads the object back, finds nothing new and
+	// writes nothing.
+	objects := counter(t, reg, "kandle_s3parquet_objects_written_total")
+	writeBatches(t, s, cs[5:20], 50)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := counter(t, reg, "kandle_s3parquet_objects_written_total"); got != objects {
+		t.Errorf("a redelivery rewrote %v objects", got-objects)
 	}
 	fixed := cs[10]
 	fixed.Close = decimal.MustParse("1.000000000000000001")
@@ -432,5 +443,23 @@ func TestRowGroups(t *testing.T) {
 	back, err := Decode(data)
 	if err != nil || len(back) != len(cs) || back[1439] != cs[1439] {
 		t.Fatalf("decode across row groups: %d rows, %v", len(back), err)
+	}
+}
+
+// TestMetricsNames: sinks with different names share a registerer; a
+// second sink with the same name gets an error saying how to fix it.
+func TestMetricsNames(t *testing.T) {
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	cfg := Config{URL: "file://" + t.TempDir()}
+	if _, err := New(ctx, cfg, WithRegisterer(reg), WithName("lake-a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, cfg, WithRegisterer(reg), WithName("lake-b")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(ctx, cfg, WithRegisterer(reg), WithName("lake-a"))
+	if err == nil || !strings.Contains(err.Error(), "WithName") {
+		t.Fatalf("duplicate name: %v", err)
 	}
 }
