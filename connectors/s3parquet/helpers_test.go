@@ -3,6 +3,7 @@ package s3parquet
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -108,16 +109,11 @@ func listObjects(t testing.TB, c *s3.Client, bucket string) map[string][]byte {
 			if err != nil {
 				t.Fatalf("get %s: %v", *o.Key, err)
 			}
-			var b []byte
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := g.Body.Read(buf)
-				b = append(b, buf[:n]...)
-				if err != nil {
-					break
-				}
-			}
+			b, err := io.ReadAll(g.Body)
 			g.Body.Close()
+			if err != nil {
+				t.Fatalf("read %s: %v", *o.Key, err)
+			}
 			out[*o.Key] = b
 		}
 	}

@@ -3,6 +3,7 @@ package s3parquet
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -20,7 +21,10 @@ import (
 func startS3rver(t *testing.T, addr, dir string) *testkit.Service {
 	t.Helper()
 	bin := filepath.Join(testkit.EmuDir(t), "node_modules", ".bin", "s3rver")
-	_, port, _ := cutPort(addr)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ready := func() error {
 		resp, err := http.Get("http://" + addr)
 		if err != nil {
@@ -34,15 +38,6 @@ func startS3rver(t *testing.T, addr, dir string) *testkit.Service {
 	}
 	return testkit.Start(t, "s3rver", addr, ready, "node",
 		[]string{bin, "--address", "127.0.0.1", "--port", port, "--directory", dir, "--silent"})
-}
-
-func cutPort(addr string) (string, string, bool) {
-	for i := len(addr) - 1; i >= 0; i-- {
-		if addr[i] == ':' {
-			return addr[:i], addr[i+1:], true
-		}
-	}
-	return addr, "", false
 }
 
 // TestS3rverOutage: the S3 server process is killed mid-run and started

@@ -18,6 +18,14 @@ import (
 	"github.com/kandle/kandle/decimal"
 )
 
+// The engine's CandleSink interface, restated (connectors do not import
+// the engine).
+var _ interface {
+	Write(context.Context, []candle.Candle) error
+	Flush(context.Context) error
+	Close(context.Context) error
+} = (*Sink)(nil)
+
 var symbols = []string{"BTC/USDT", "ETH-USD", "sol usdt+perp"}
 
 // writeBatches writes cs in batches of n, as poll batches would arrive.
