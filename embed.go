@@ -5,7 +5,7 @@ package kandle
 
 import "embed"
 
-// Topologies holds testdata/topologies/*.yaml.
+// Topologies holds the example topologies (not their tests).
 //
-//go:embed testdata/topologies/*.yaml
+//go:embed testdata/topologies/crypto.yaml testdata/topologies/crypto-sinks.yaml testdata/topologies/devices.yaml
 var Topologies embed.FS

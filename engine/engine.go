@@ -195,6 +195,16 @@ func (e *Engine) Run(ctx context.Context) error {
 		if !e.runs(spec.Name) {
 			continue
 		}
+		if src := e.top.Sources[spec.Input]; !spec.Rollup && src != nil && src.Kind == "kinesis" {
+			ks, err := newKinesisStage(e, spec, src)
+			if err != nil {
+				cancel(err)
+				wg.Wait()
+				return err
+			}
+			start(spec.Name, ks.run)
+			continue
+		}
 		st, err := newLiveStage(e, spec)
 		if err != nil {
 			cancel(err)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -96,7 +98,9 @@ type running struct {
 
 func (f *fixture) start(stateDir, instance string) *running {
 	f.t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{f.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	_ = level.UnmarshalText([]byte(os.Getenv("KANDLE_TEST_LOG"))) // e.g. KANDLE_TEST_LOG=info when debugging
+	log := slog.New(slog.NewTextHandler(testWriter{f.t}, &slog.HandlerOptions{Level: level}))
 	eng, err := engine.New(f.top, engine.WithStateDir(stateDir), engine.WithInstanceID(instance), engine.WithLogger(log),
 		engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
 	if err != nil {
@@ -207,6 +211,19 @@ func diffOutputs(want, got map[string][]string) string {
 	return b.String()
 }
 
+// recordingOutput collects replay candles per topic.
+type recordingOutput struct{ byTopic map[string][]string }
+
+func (r *recordingOutput) Candle(_ string, topic string, c *candle.Candle) error {
+	if r.byTopic == nil {
+		r.byTopic = map[string][]string{}
+	}
+	r.byTopic[topic] = append(r.byTopic[topic], string(c.AppendJSON(nil)))
+	return nil
+}
+func (r *recordingOutput) DeadLetter(string, *processors.Rejection) error { return nil }
+func (r *recordingOutput) Close(context.Context) error                    { return nil }
+
 type topicRecorder struct{ w *bytes.Buffer }
 
 func (r *topicRecorder) Candle(_ string, topic string, c *candle.Candle) error {
@@ -265,4 +282,33 @@ func TestRestartResumesExactly(t *testing.T) {
 	f.waitFor(f.replay(), 60*time.Second)
 }
 
-func TestMain(m *testing.M) { os.Exit(m.Run()) }
+// TestMain doubles as a kandle instance for tests that need one in its own
+// process (to SIGKILL it): with KANDLE_TEST_TOPOLOGY set, the test binary
+// runs that topology until it is killed or gets SIGTERM.
+func TestMain(m *testing.M) {
+	if path := os.Getenv("KANDLE_TEST_TOPOLOGY"); path != "" {
+		os.Exit(runChild(path, os.Getenv("KANDLE_TEST_INSTANCE"), os.Getenv("KANDLE_TEST_STATE")))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(path, instance, stateDir string) int {
+	top, err := topology.Load(path, topology.Registry{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	eng, err := engine.New(top, engine.WithInstanceID(instance), engine.WithStateDir(stateDir), engine.WithLogger(log),
+		engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
+	if err == nil {
+		err = eng.Run(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}

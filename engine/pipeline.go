@@ -113,6 +113,24 @@ func (p *Pipeline) emit(s *stageSpec, out *processors.Output) error {
 	return nil
 }
 
+// restore replaces stage's processor of partition with one built from entries
+// (a Kinesis child shard taking over its parents' keys).
+func (p *Pipeline) restore(s *stageSpec, partition int32, entries map[string][]byte) error {
+	pr, err := restoreProcessor(s, false, p.clock, entries)
+	if err != nil {
+		return err
+	}
+	p.procs[s][partition] = pr
+	return nil
+}
+
+// changes drains the state changes of stage's processor of partition.
+func (p *Pipeline) changes(s *stageSpec, partition int32, fn func(key, val []byte)) {
+	if pr, ok := p.procs[s][partition]; ok {
+		pr.Changes(fn)
+	}
+}
+
 // Stages returns the names of the pipeline's stages in dependency order.
 func (p *Pipeline) Stages() []string {
 	names := make([]string, len(p.g.stages))

@@ -128,13 +128,22 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	warm := o.Warmup
 	if warm == 0 {
 		warm = defaultWarmup(g)
+		o.Warmup = warm
 	}
 	var prog Progress
 	start := time.Now() // for progress only; results never depend on it
 	for _, srcName := range sortedSources(t) {
 		src := t.Sources[srcName]
-		if src.Kind != "" && src.Kind != "kafka" {
-			return prog, fmt.Errorf("replay: source %s is %s; use the Kinesis replay for it", srcName, src.Kind)
+		if src.Kind == "kinesis" {
+			n, kerr := replayKinesis(ctx, p, g, srcName, src, o)
+			prog.Records += n
+			if kerr != nil {
+				return prog, kerr
+			}
+			if err != nil {
+				return prog, err
+			}
+			continue
 		}
 		ranges, rerr := resolveRange(ctx, adm, src.Topic, o, warm)
 		if rerr != nil {

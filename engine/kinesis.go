@@ -1,0 +1,578 @@
+package engine
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/big"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/connectors/kinesis"
+	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/state"
+	"github.com/kandle/kandle/topology"
+)
+
+// kinesisStage runs a candle processor over a Kinesis stream. A shard plays
+// the role of a Kafka partition: it has its own processor and watermark.
+//
+// Exactly once works per shard: every shard has its own transactional Kafka
+// producer (transactional id <group>.<stage>.<shard>), so a new owner of a
+// shard fences the old one the moment it starts. Each GetRecords batch is
+// processed and committed in one transaction holding its candles, dead
+// letters, state changes and the shard position (sequence number) in the
+// stage's changelog; the lease checkpoint is written after the commit and is
+// only a hint — the changelog is authoritative, exactly as input offsets are
+// for Kafka stages.
+//
+// On a split or merge a child shard starts from its parents' final state,
+// keeping only the keys whose hash now falls in the child's range (keys
+// must be the records' partition keys), with the latest of the parents'
+// watermarks. Replay applies the same handoff, so its candles match.
+type kinesisStage struct {
+	spec      *stageSpec
+	e         *Engine
+	log       *slog.Logger
+	src       *topology.Source
+	changelog string
+	clParts   int
+	kin       *awskinesis.Client
+	ranges    *shardRanges
+
+	mu     sync.Mutex
+	shards map[string]*shardState
+}
+
+type shardState struct {
+	mu      sync.Mutex
+	id      string
+	part    int32
+	proc    processor
+	cl      *kgo.Client
+	lease   *kinesis.Lease
+	seq     string // last processed sequence number
+	ordinal int64  // records processed in this shard (the "offset" of dead letters)
+	handoff map[string][]byte
+	out     processors.Output
+}
+
+func newKinesisStage(e *Engine, spec *stageSpec, src *topology.Source) (*kinesisStage, error) {
+	return &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
+		changelog: e.g.changelogTopic(spec.Name), clParts: max(src.Partitions, 1), shards: map[string]*shardState{}}, nil
+}
+
+func (k *kinesisStage) run(ctx context.Context) error {
+	kc := k.src.Kinesis
+	kin, ddb, err := kinesis.NewClients(ctx, kc.Region, kc.Endpoint, kc.DynamoDB)
+	if err != nil {
+		return err
+	}
+	k.kin = kin
+	k.ranges = newShardRanges(kin, kc.Stream)
+	cons, err := kinesis.NewConsumer(kin, ddb, kinesis.ConsumerConfig{
+		Stream: kc.Stream, LeaseTable: kc.LeaseTable, Owner: k.e.instance + "-" + strconv.FormatUint(rand.Uint64()%1e6, 10),
+		LeaseDuration: kc.LeaseTTL, PollInterval: kc.Poll,
+	}, k, kinesis.WithLogger(k.log))
+	if err != nil {
+		return fmt.Errorf("stage %s: kinesis consumer: %w", k.spec.Name, err)
+	}
+	var wg sync.WaitGroup
+	if k.spec.Proc.IdleTimeout > 0 {
+		tctx, cancel := context.WithCancel(ctx)
+		defer func() { cancel(); wg.Wait() }()
+		wg.Add(1)
+		go func() { defer wg.Done(); k.tickLoop(tctx) }()
+	}
+	err = cons.Run(ctx)
+	k.mu.Lock()
+	for _, sh := range k.shards {
+		sh.cl.Close()
+	}
+	clear(k.shards)
+	k.mu.Unlock()
+	return err
+}
+
+// tickLoop advances quiet shards' watermarks by the wall clock (live only).
+func (k *kinesisStage) tickLoop(ctx context.Context) {
+	t := time.NewTicker(k.e.commitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		k.mu.Lock()
+		shards := make([]*shardState, 0, len(k.shards))
+		for _, sh := range k.shards {
+			shards = append(shards, sh)
+		}
+		k.mu.Unlock()
+		for _, sh := range shards {
+			sh.mu.Lock()
+			if sh.cl != nil {
+				sh.out.Reset()
+				sh.proc.Tick(&sh.out)
+				if len(sh.out.Candles) > 0 {
+					if err := k.commit(ctx, sh, sh.seq); err != nil {
+						k.log.Warn("idle advance commit failed; the shard will be restored", "shard", sh.id, "err", err)
+					}
+				}
+			}
+			sh.mu.Unlock()
+		}
+	}
+}
+
+// Open restores the shard (or hands its parents' keys over) and says where to resume.
+func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
+	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.e.brokers...),
+		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
+		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))
+	if err != nil {
+		return "", err
+	}
+	sh.cl = cl
+	entries, pr, found, err := k.loadShard(ctx, cl, s.ID)
+	if err != nil {
+		cl.Close()
+		return "", fmt.Errorf("restore shard %s: %w", s.ID, err)
+	}
+	if !found && len(s.Parents) > 0 {
+		if entries, err = k.handoff(ctx, cl, s); err != nil {
+			cl.Close()
+			return "", fmt.Errorf("hand shard %s its parents' keys: %w", s.ID, err)
+		}
+		sh.handoff = entries
+	}
+	if sh.proc, err = restoreProcessor(k.spec, true, k.e.clock, entries); err != nil {
+		cl.Close()
+		return "", err
+	}
+	sh.seq, sh.ordinal = pr.seq, pr.ordinal
+	k.mu.Lock()
+	k.shards[s.ID] = sh
+	k.mu.Unlock()
+	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff))
+	return sh.seq, nil
+}
+
+func restoreProcessor(spec *stageSpec, live bool, clock processors.Clock, entries map[string][]byte) (processor, error) {
+	proc, err := spec.newProcessor(live, clock)
+	if err != nil {
+		return nil, err
+	}
+	for key, v := range entries {
+		if err := proc.Restore([]byte(key), v); err != nil {
+			return nil, fmt.Errorf("restore entry %q: %w", key, err)
+		}
+	}
+	return proc, nil
+}
+
+// Records processes one batch and commits it with the shard position.
+func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.Batch) error {
+	sh := k.shard(s.ID)
+	if sh == nil {
+		return fmt.Errorf("shard %s is not open", s.ID)
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.out.Reset()
+	last := sh.seq
+	for _, r := range b.Records {
+		n := len(sh.out.Rejected)
+		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Value: r.Data}, &sh.out)
+		result := "accepted"
+		for i := n; i < len(sh.out.Rejected); i++ {
+			sh.out.Rejected[i].Detail += " (kinesis shard " + s.ID + " sequence " + r.Seq + ")"
+			result = "rejected"
+		}
+		k.e.m.records.WithLabelValues(k.spec.Name, result).Inc()
+		sh.ordinal++
+		last = r.Seq
+	}
+	if err := k.commit(ctx, sh, last); err != nil {
+		return err
+	}
+	if w, ok := watermarkOf(sh.proc); ok {
+		k.e.m.watermark.WithLabelValues(k.spec.Name, s.ID).Set(float64(w))
+	}
+	if s.Lease != nil {
+		if err := s.Lease.Checkpoint(ctx, last); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", s.ID, err)
+		}
+	}
+	return nil
+}
+
+// End is called after the shard was read to its end: its final state stays
+// in the changelog for the children.
+func (k *kinesisStage) End(_ context.Context, s kinesis.Shard, children []string) error {
+	k.log.Info("shard ended", "shard", s.ID, "children", children)
+	k.close(s.ID)
+	return nil
+}
+
+// Lost drops the shard; a new owner restores it from the changelog.
+func (k *kinesisStage) Lost(s kinesis.Shard) {
+	k.log.Info("shard lost", "shard", s.ID)
+	k.close(s.ID)
+}
+
+func (k *kinesisStage) close(id string) {
+	k.mu.Lock()
+	sh := k.shards[id]
+	delete(k.shards, id)
+	k.mu.Unlock()
+	if sh != nil {
+		sh.mu.Lock()
+		sh.cl.Close()
+		sh.cl = nil
+		sh.mu.Unlock()
+	}
+	k.e.m.watermark.DeleteLabelValues(k.spec.Name, id)
+}
+
+func (k *kinesisStage) shard(id string) *shardState {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.shards[id]
+}
+
+// commit writes sh.out, the state changes and the position in one transaction,
+// then Pebble.
+func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) error {
+	cl := sh.cl
+	if err := cl.BeginTransaction(); err != nil {
+		return err
+	}
+	var (
+		mu     sync.Mutex
+		perr   error
+		maxOff int64 = -1
+	)
+	part := k.clPartition(sh.id)
+	promise := func(r *kgo.Record, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && perr == nil {
+			perr = err
+		}
+		if err == nil && r.Topic == k.changelog && r.Offset > maxOff {
+			maxOff = r.Offset
+		}
+	}
+	for i := range sh.out.Candles {
+		c := &sh.out.Candles[i]
+		cl.Produce(ctx, &kgo.Record{Topic: k.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)}, promise)
+	}
+	if n := len(sh.out.Candles); n > 0 {
+		k.e.m.candles.WithLabelValues(k.spec.Name, k.spec.Timeframe.String()).Add(float64(n))
+	}
+	for i := range sh.out.Rejected {
+		r := &sh.out.Rejected[i]
+		cl.Produce(ctx, deadLetter(k.e.g.deadLetterTopic(), k.spec.Name, k.src.Kinesis.Stream, r), promise)
+		k.e.m.rejected.WithLabelValues(k.spec.Name, string(r.Reason)).Inc()
+	}
+	prefix := shardPrefix(sh.id)
+	type kv struct{ k, v []byte }
+	var changed []kv
+	add := func(key, val []byte) {
+		changed = append(changed, kv{append([]byte(nil), key...), cloneOrNil(val)})
+		cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: append(append([]byte(nil), prefix...), append([]byte{'p'}, key...)...), Value: cloneOrNil(val)}, promise)
+	}
+	for key, v := range sh.handoff { // persist handed-over keys with the first commit
+		add([]byte(key), v)
+	}
+	sh.proc.Changes(add)
+	pr := shardProgress{seq: seq, ordinal: sh.ordinal}
+	pr.wm, pr.hasWM = watermarkOf(sh.proc)
+	progress := pr.encode()
+	cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: append(append([]byte(nil), prefix...), 'o'), Value: progress}, promise)
+	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.e.txnTimeout)
+	defer cancel()
+	try := kgo.TryCommit
+	if err := cl.Flush(endCtx); err != nil {
+		try = kgo.TryAbort
+	}
+	mu.Lock()
+	if perr != nil {
+		try = kgo.TryAbort
+	}
+	mu.Unlock()
+	start := time.Now()
+	err := cl.EndTransaction(endCtx, try)
+	k.e.m.commitSecs.WithLabelValues(k.spec.Name).Observe(time.Since(start).Seconds())
+	if err != nil || try == kgo.TryAbort {
+		k.e.m.transactions.WithLabelValues(k.spec.Name, "aborted").Inc()
+		return fmt.Errorf("shard %s: transaction aborted (%v, produce: %v); the shard is restored from its last commit", sh.id, err, perr)
+	}
+	k.e.m.transactions.WithLabelValues(k.spec.Name, "committed").Inc()
+	sh.handoff, sh.seq = nil, seq
+	batch := k.e.store.NewBatch()
+	ns := k.spec.Name + "/" + sh.id
+	for _, c := range changed {
+		batch.Set(ns, 0, c.k, c.v)
+	}
+	batch.Set(ns, 0, []byte(progressKey), progress)
+	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: maxOff + 1})
+	return batch.Commit()
+}
+
+// loadShard returns a shard's committed entries and position: Pebble plus
+// the changelog tail up to a barrier this owner commits first (which also
+// fences any previous owner's producer).
+func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string) (map[string][]byte, shardProgress, bool, error) {
+	var pr shardProgress
+	ns := k.spec.Name + "/" + id
+	entries := map[string][]byte{}
+	meta, found, err := k.e.store.Load(ns, 0, func(key, v []byte) error {
+		entries[string(key)] = append([]byte(nil), v...)
+		return nil
+	})
+	if err != nil {
+		return nil, pr, false, err
+	}
+	if v, ok := entries[progressKey]; ok {
+		pr, _ = decodeShardProgress(v)
+		delete(entries, progressKey)
+	}
+	part := k.clPartition(id)
+	if err := cl.BeginTransaction(); err != nil {
+		return nil, pr, false, err
+	}
+	res := cl.ProduceSync(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: keyBarrier, Value: []byte(k.e.instance)})
+	if err := res.FirstErr(); err != nil {
+		_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+		return nil, pr, false, fmt.Errorf("write restore barrier: %w", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return nil, pr, false, fmt.Errorf("commit restore barrier: %w", err)
+	}
+	barrier := res[0].Record.Offset
+	from := int64(0)
+	if found {
+		from = meta.ChangelogOffset
+	}
+	batch := k.e.store.NewBatch()
+	rc, err := kgo.NewClient(kgo.SeedBrokers(k.e.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {part: kgo.NewOffset().At(from)}}))
+	if err != nil {
+		return nil, pr, false, err
+	}
+	defer rc.Close()
+	if starts, err := kadm.NewClient(rc).ListStartOffsets(ctx, k.changelog); err == nil {
+		if so, ok := starts.Lookup(k.changelog, part); ok && so.Err == nil && (so.Offset > from || barrier < from) {
+			clear(entries)
+			batch.Drop(ns, 0)
+			pr, from, found = shardProgress{}, so.Offset, false
+			rc.SetOffsets(map[string]map[int32]kgo.EpochOffset{k.changelog: {part: {Epoch: -1, Offset: from}}})
+		}
+	}
+	prefix := shardPrefix(id)
+	for done := from > barrier; !done; {
+		fs := rc.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, pr, false, err
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset > barrier {
+				return
+			}
+			if r.Offset == barrier {
+				done = true
+			}
+			if !strings.HasPrefix(string(r.Key), string(prefix)) {
+				return
+			}
+			found = true
+			rest := r.Key[len(prefix):]
+			switch {
+			case len(rest) > 1 && rest[0] == 'p':
+				if r.Value == nil {
+					delete(entries, string(rest[1:]))
+				} else {
+					entries[string(rest[1:])] = r.Value
+				}
+				batch.Set(ns, 0, rest[1:], r.Value)
+			case string(rest) == "o":
+				if p, ok := decodeShardProgress(r.Value); ok {
+					pr = p
+					batch.Set(ns, 0, []byte(progressKey), r.Value)
+				}
+			}
+		})
+	}
+	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: barrier + 1})
+	if err := batch.Commit(); err != nil {
+		return nil, pr, false, err
+	}
+	return entries, pr, found, nil
+}
+
+// progressKey stores the shard position among a shard's Pebble entries
+// (processor entry keys never start with '~').
+const progressKey = "~progress"
+
+// handoff builds a child shard's first state from its parents' final state.
+func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Shard) (map[string][]byte, error) {
+	rng, err := k.ranges.get(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	var parents []map[string][]byte
+	for _, p := range s.Parents {
+		entries, _, _, err := k.loadShard(ctx, cl, p)
+		if err != nil {
+			return nil, err
+		}
+		parents = append(parents, entries)
+	}
+	return handOver(parents, rng.owns)
+}
+
+// handOver merges parents' entries into a child: key entries the child owns,
+// and the merged partition entry.
+func handOver(parents []map[string][]byte, owns func(key string) bool) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	var parts [][]byte
+	for _, entries := range parents {
+		for key, v := range entries {
+			name, isKey, err := processors.EntryKey([]byte(key))
+			if err != nil {
+				return nil, err
+			}
+			if !isKey {
+				parts = append(parts, v)
+				continue
+			}
+			if owns(name) {
+				out[key] = v
+			}
+		}
+	}
+	merged, err := processors.MergePartition(parts...)
+	if err != nil {
+		return nil, err
+	}
+	if merged != nil {
+		out[string(processors.PartitionEntry)] = merged
+	}
+	return out, nil
+}
+
+func (k *kinesisStage) clPartition(shardID string) int32 {
+	h := fnv.New32a()
+	h.Write([]byte(shardID))
+	return int32(h.Sum32() % uint32(k.clParts))
+}
+
+func shardPrefix(id string) []byte { return append([]byte("s"+id), 0) }
+
+// shardNumber is the numeric part of a shard id (shardId-000000000004 → 4).
+func shardNumber(id string) int32 {
+	i := strings.LastIndexByte(id, '-')
+	n, err := strconv.ParseInt(id[i+1:], 10, 32)
+	if err != nil {
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		return int32(h.Sum32() & 0x7fffffff)
+	}
+	return int32(n)
+}
+
+type shardProgress struct {
+	seq     string
+	ordinal int64
+	wm      int64
+	hasWM   bool
+}
+
+func (p shardProgress) encode() []byte {
+	v := binary.BigEndian.AppendUint64(nil, uint64(p.ordinal))
+	v = binary.BigEndian.AppendUint64(v, uint64(p.wm))
+	if p.hasWM {
+		v = append(v, 1)
+	} else {
+		v = append(v, 0)
+	}
+	return append(v, p.seq...)
+}
+
+func decodeShardProgress(v []byte) (shardProgress, bool) {
+	if len(v) < 17 {
+		return shardProgress{}, false
+	}
+	return shardProgress{ordinal: int64(binary.BigEndian.Uint64(v)), wm: int64(binary.BigEndian.Uint64(v[8:])),
+		hasWM: v[16] == 1, seq: string(v[17:])}, true
+}
+
+// shardRanges caches the hash key ranges of a stream's shards.
+type shardRanges struct {
+	kin    kinesis.KinesisAPI
+	stream string
+	mu     sync.Mutex
+	byID   map[string]hashRange
+}
+
+type hashRange struct{ lo, hi *big.Int }
+
+func (r hashRange) owns(key string) bool {
+	sum := md5.Sum([]byte(key))
+	h := new(big.Int).SetBytes(sum[:])
+	return h.Cmp(r.lo) >= 0 && h.Cmp(r.hi) <= 0
+}
+
+func newShardRanges(kin kinesis.KinesisAPI, stream string) *shardRanges {
+	return &shardRanges{kin: kin, stream: stream, byID: map[string]hashRange{}}
+}
+
+func (s *shardRanges) get(ctx context.Context, id string) (hashRange, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.byID[id]; ok {
+		return r, nil
+	}
+	var next *string
+	for {
+		in := &awskinesis.ListShardsInput{NextToken: next}
+		if next == nil {
+			in.StreamName = &s.stream
+		}
+		out, err := s.kin.ListShards(ctx, in)
+		if err != nil {
+			return hashRange{}, fmt.Errorf("list shards of %s: %w", s.stream, err)
+		}
+		for _, sh := range out.Shards {
+			lo, ok1 := new(big.Int).SetString(*sh.HashKeyRange.StartingHashKey, 10)
+			hi, ok2 := new(big.Int).SetString(*sh.HashKeyRange.EndingHashKey, 10)
+			if ok1 && ok2 {
+				s.byID[*sh.ShardId] = hashRange{lo, hi}
+			}
+		}
+		if out.NextToken == nil {
+			break
+		}
+		next = out.NextToken
+	}
+	r, ok := s.byID[id]
+	if !ok {
+		return hashRange{}, errors.New("shard " + id + " not found in ListShards")
+	}
+	return r, nil
+}
