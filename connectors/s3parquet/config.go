@@ -23,7 +23,7 @@ type Config struct {
 	FlushBytes      int           `yaml:"flush_bytes" default:"16777216" doc:"Flush when the buffered candles take about this many bytes of memory."`
 	FlushAge        time.Duration `yaml:"flush_age" default:"30s" doc:"Flush when the oldest buffered candle has waited this long (checked on each write; the engine also flushes before committing offsets)."`
 	Concurrency     int           `yaml:"concurrency" default:"4" doc:"Objects read, merged and written in parallel during a flush."`
-	RequestTimeout  time.Duration `yaml:"request_timeout" default:"30s" doc:"Time limit for one GET or PUT attempt; a slower attempt is retried."`
+	RequestTimeout  time.Duration `yaml:"request_timeout" default:"30s" doc:"Time limit for one attempt at one object (GET, merge, PUT); a slower attempt is retried."`
 	MaxBackoff      time.Duration `yaml:"max_backoff" default:"10s" doc:"Longest pause between retries of a failing write. Retries go on until the stage stops."`
 }
 

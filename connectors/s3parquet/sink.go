@@ -158,6 +158,16 @@ func (s *Sink) Close(ctx context.Context) error {
 	return nil
 }
 
+// Buffered returns how many candles wait in the buffer. Flush rewrites
+// whole day objects, so an engine that commits offsets often can skip
+// Flush and the commit while Buffered() > 0 and commit when it is 0: Write
+// empties the buffer itself when flush_rows, flush_bytes or flush_age says so.
+func (s *Sink) Buffered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rows
+}
+
 // keys returns the buffered partitions accepted by keep (nil: all), sorted
 // so flushes touch objects in a stable order.
 func (s *Sink) keys(keep func(partKey) bool) []partKey {

@@ -253,15 +253,15 @@ func TestFlushPolicy(t *testing.T) {
 	if objects() != 2 {
 		t.Fatalf("objects after a day completed = %v, want 2", objects())
 	}
-	if s.rows != 1 {
-		t.Fatalf("buffered rows = %d, want 1 (the new day's candle)", s.rows)
+	if s.Buffered() != 1 {
+		t.Fatalf("buffered rows = %d, want 1 (the new day's candle)", s.Buffered())
 	}
 	// Rows: reaching flush_rows flushes.
 	if err := s.Write(ctx, m1[121:220]); err != nil {
 		t.Fatal(err)
 	}
-	if objects() != 3 || s.rows != 0 {
-		t.Fatalf("after flush_rows: objects %v, buffered %d; want 3, 0", objects(), s.rows)
+	if objects() != 3 || s.Buffered() != 0 {
+		t.Fatalf("after flush_rows: objects %v, buffered %d; want 3, 0", objects(), s.Buffered())
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
