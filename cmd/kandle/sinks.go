@@ -6,7 +6,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+
 	"github.com/kandle/kandle/connectors/dynamodb"
+	"github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/connectors/s3parquet"
 	"github.com/kandle/kandle/connectors/valkey"
 	"github.com/kandle/kandle/engine"
@@ -28,6 +31,10 @@ func sinkRegistry() topology.Registry {
 				"deterministically named object per day that flushes upsert into, so replays overwrite instead of duplicating.",
 			New:      func() any { return &s3parquet.Config{} },
 			Validate: func(c any) []string { return c.(*s3parquet.Config).Validate() }},
+		"kinesis": {Name: "kinesis",
+			Doc: "Writes candles to a Kinesis stream (PutRecords, partition key = symbol, data = candle JSON), " +
+				"retrying only the failed records of a partially failed call.",
+			New: func() any { return &kinesis.Config{} }},
 		"valkey": {Name: "valkey",
 			Doc: "Live charts: the open candle of each key as hash candle:active:{tf}:{symbol}, published on " +
 				"pub:candle:{tf}:{symbol} (coalesced, pipelined), and final candles published when they close.",
@@ -52,6 +59,11 @@ func buildSinks(ctx context.Context, e *env, t *topology.Topology, reg prometheu
 			s, err = dynamodb.New(ctx, *cfg, dynamodb.WithLogger(log), dynamodb.WithRegisterer(r))
 		case *s3parquet.Config:
 			s, err = s3parquet.New(ctx, *cfg, s3parquet.WithLogger(log), s3parquet.WithRegisterer(r), s3parquet.WithName(name))
+		case *kinesis.Config:
+			var kin *awskinesis.Client
+			if kin, _, err = kinesis.NewClients(ctx, cfg.Region, cfg.Endpoint, ""); err == nil {
+				s, err = kinesis.NewSink(kin, *cfg, kinesis.WithLogger(log), kinesis.WithRegisterer(r))
+			}
 		case *valkey.Config:
 			var v *valkey.Sink
 			v, err = valkey.New(ctx, *cfg, valkey.WithLogger(log), valkey.WithRegisterer(r))
