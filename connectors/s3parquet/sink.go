@@ -129,7 +129,10 @@ func (s *Sink) Write(ctx context.Context, cs []candle.Candle) error {
 	}
 	if len(rej) > 0 {
 		s.m.rejected.Add(float64(len(rej)))
-		err = errors.Join(err, &RejectedError{Rejected: rej})
+		if err == nil {
+			return &RejectedError{Rejected: rej}
+		}
+		return errors.Join(err, &RejectedError{Rejected: rej})
 	}
 	return err
 }

@@ -293,8 +293,8 @@ func TestRejected(t *testing.T) {
 	in := append([]candle.Candle{huge, noSym}, good...)
 	in = append(in, badTF, badWin, edge)
 	err = s.Write(ctx, in)
-	var rej *RejectedError
-	if !errors.As(err, &rej) {
+	rej, ok := err.(*RejectedError)
+	if !ok || !errors.As(err, &rej) {
 		t.Fatalf("Write = %v, want a *RejectedError", err)
 	}
 	if len(rej.Rejected) != 4 || rej.Candles()[0].Symbol != "HUGE" || !strings.Contains(rej.Rejected[0].Reason, "DECIMAL(38,18)") {
