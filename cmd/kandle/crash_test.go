@@ -479,8 +479,14 @@ func (p *kproc) term(limit time.Duration) (time.Duration, bool) {
 	case <-p.done:
 		return time.Since(start), true
 	case <-time.After(limit):
+		d := time.Since(start)
+		p.signal(syscall.SIGQUIT) // a goroutine dump in the log shows what it waited for
+		select {
+		case <-p.done:
+		case <-time.After(3 * time.Second):
+		}
 		p.kill()
-		return time.Since(start), false
+		return d, false
 	}
 }
 
@@ -599,7 +605,7 @@ func TestCrashHarness(t *testing.T) {
 			c.startInstance(newName(), true)
 		default:
 			name := run[r.IntN(len(run))]
-			d, ok := c.insts[name].p.term(30 * time.Second)
+			d, ok := c.insts[name].p.term(20 * time.Second)
 			if !ok {
 				t.Fatalf("%s did not stop within %s of SIGTERM", name, d)
 			}
