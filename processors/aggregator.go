@@ -40,7 +40,7 @@ type Aggregator struct {
 	dec                   *Decoder
 	clock                 Clock
 
-	keys keyTable
+	keys table[*keyState]
 	heap keyHeap
 
 	// Partition state.
@@ -106,7 +106,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
 		dec: cfg.Decoder, clock: clock,
-		keys: newKeyTable(),
+		keys: newTable[*keyState](),
 	}, nil
 }
 
@@ -132,16 +132,16 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	}
 	t := &a.trade
 	var quote decimal.Decimal
-	kb, rej, ok := a.dec.scan(rec.Value, t, &quote)
+	kb, ok := a.dec.scan(rec.Value, t, &quote)
 	if !ok {
-		reject(out, rec, rej)
+		reject(out, rec, a.dec.rej)
 		return
 	}
-	k := a.keys.get(kb)
+	k, _ := a.keys.get(kb)
 	if k != nil && k.admitted {
 		t.Key = k.key
-	} else if t.Key, rej, ok = a.dec.intern(kb); !ok {
-		reject(out, rec, rej)
+	} else if t.Key, ok = a.dec.intern(kb); !ok {
+		reject(out, rec, a.dec.rej)
 		return
 	}
 	if a.maxFuture > 0 {
@@ -165,10 +165,16 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		return
 	}
 	var w *window
+	checkID := a.dedupe && t.ID != ""
+	var idNum uint64
+	var idIsNum bool
+	if checkID {
+		idNum, idIsNum = numericID(t.ID)
+	}
 	if k != nil {
-		if a.dedupe && t.ID != "" {
+		if checkID {
 			for _, x := range k.wins {
-				if x.hasID(t.ID) {
+				if x.hasParsedID(t.ID, idNum, idIsNum) {
 					reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: t.Key,
 						Detail: fmt.Sprintf("trade id %q was already counted", t.ID)})
 					return
@@ -190,7 +196,7 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	}
 	if k == nil {
 		k = &keyState{key: t.Key, hidx: -1}
-		a.keys.put(k)
+		a.keys.put(k.key, k)
 	}
 	k.admitted = true
 	if w == nil {
@@ -198,8 +204,8 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		k.insert(w)
 	}
 	w.add(t, v, q)
-	if a.dedupe && t.ID != "" {
-		w.addID(t.ID, true)
+	if checkID {
+		w.addParsedID(t.ID, idNum, idIsNum, true)
 	}
 	k.curOpen, k.curClose = open, close
 	if !k.started || t.TS > k.lastTS {

@@ -41,7 +41,8 @@ type Decoder struct {
 	cfg       DecoderConfig
 	root      *pathLevel
 	whitelist bool
-	keys      map[string]string // interned keys (the whitelist when set)
+	keys      table[struct{}]   // interned keys (the whitelist when set)
+	rej       Rejection         // why the last scan or intern failed
 	names     [numFields]string // field paths, for details
 	caps      [numFields]span
 	keyBuf    []byte
@@ -59,7 +60,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 			return nil, fmt.Errorf("decoder: the %s field name is empty: set fields.%s in the topology", req.what, req.what)
 		}
 	}
-	d := &Decoder{cfg: cfg, keys: make(map[string]string), one: decimal.FromInt(1), root: &pathLevel{}}
+	d := &Decoder{cfg: cfg, keys: newTable[struct{}](), one: decimal.FromInt(1), root: &pathLevel{}}
 	d.names = [numFields]string{f.Key, f.Time, f.Price, f.Qty, f.ID}
 	for i, path := range d.names {
 		if path == "" {
@@ -73,7 +74,7 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if len(cfg.Symbols) > 0 {
 		d.whitelist = true
 		for _, s := range cfg.Symbols {
-			d.keys[s] = s
+			d.keys.put(s, struct{}{})
 		}
 	}
 	if cfg.MaxRecordBytes < 0 {
@@ -128,12 +129,14 @@ func (d *Decoder) addPath(path string, field int) error {
 // strings.Clone(t.ID) to keep it beyond that.
 func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool) {
 	var quote decimal.Decimal
-	kb, rej, ok := d.scan(value, t, &quote)
-	if !ok {
-		return rej, false
+	kb, ok := d.scan(value, t, &quote)
+	if ok {
+		t.Key, ok = d.intern(kb)
 	}
-	t.Key, rej, ok = d.intern(kb)
-	return rej, ok
+	if !ok {
+		return d.rej, false
+	}
+	return Rejection{}, true
 }
 
 // scan is Decode without the key lookup: it validates the record, fills
@@ -141,10 +144,10 @@ func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool)
 // exactness) and returns the key's bytes (which may alias d's scratch).
 // The caller resolves them with intern, or with its own table of keys that
 // intern admitted before.
-func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (kb []byte, rej Rejection, ok bool) {
+func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (kb []byte, ok bool) {
 	if d.cfg.MaxRecordBytes > 0 && len(value) > d.cfg.MaxRecordBytes {
-		return nil, Rejection{Reason: ReasonOversized,
-			Detail: fmt.Sprintf("record is %d bytes, the limit is %d", len(value), d.cfg.MaxRecordBytes)}, false
+		return nil, d.fail(Rejection{Reason: ReasonOversized,
+			Detail: fmt.Sprintf("record is %d bytes, the limit is %d", len(value), d.cfg.MaxRecordBytes)})
 	}
 	d.caps = [numFields]span{}
 	s := scanner{b: value, cap: &d.caps}
@@ -155,18 +158,18 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 		root = nil
 	}
 	if _, ok := s.value(root, 0); !ok {
-		return nil, Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("invalid JSON near byte %d", s.pos)}, false
+		return nil, d.fail(Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("invalid JSON near byte %d", s.pos)})
 	}
 	if s.ws(); s.pos != len(value) {
-		return nil, Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("unexpected data after the JSON value at byte %d", s.pos)}, false
+		return nil, d.fail(Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("unexpected data after the JSON value at byte %d", s.pos)})
 	}
 	if !isObj {
-		return nil, Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"}, false
+		return nil, d.fail(Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"})
 	}
 	c := &d.caps
 	for _, f := range [...]int{fKey, fTime, fPrice, fQty} {
 		if d.names[f] != "" && (c[f].kind == kindNone || c[f].kind == kindNull) {
-			return nil, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", d.names[f])}, false
+			return nil, d.fail(Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", d.names[f])})
 		}
 	}
 	// Key: a non-empty string or a number.
@@ -178,7 +181,7 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 		kb = d.keyBuf
 	}
 	if len(kb) == 0 {
-		return nil, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])}, false
+		return nil, d.fail(Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])})
 	}
 	rawKey := func() string { return string(kb) }
 	// Trade id: optional, a string or a number (7 and "7" are the same id).
@@ -194,52 +197,61 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 			t.ID = string(d.idBuf)
 		case kindNone, kindNull:
 		default:
-			return nil, Rejection{Reason: ReasonMissingField, Key: rawKey(),
-				Detail: fmt.Sprintf("field %q must be a string or a number", d.names[fID])}, false
+			return nil, d.fail(Rejection{Reason: ReasonMissingField, Key: rawKey(),
+				Detail: fmt.Sprintf("field %q must be a string or a number", d.names[fID])})
 		}
 	}
 	// Event time.
 	ts, err := d.eventTime(value, c[fTime])
 	if err != nil {
-		return nil, Rejection{Reason: ReasonInvalidTS, Key: rawKey(),
-			Detail: fmt.Sprintf("field %q: %v", d.names[fTime], err)}, false
+		return nil, d.fail(Rejection{Reason: ReasonInvalidTS, Key: rawKey(),
+			Detail: fmt.Sprintf("field %q: %v", d.names[fTime], err)})
 	}
-	price, detail := d.positive(value, c[fPrice], fPrice)
+	price, pf, detail := d.positive(value, c[fPrice], fPrice)
 	if detail != "" {
-		return nil, Rejection{Reason: ReasonInvalidPrice, Key: rawKey(), Detail: detail}, false
+		return nil, d.fail(Rejection{Reason: ReasonInvalidPrice, Key: rawKey(), Detail: detail})
 	}
-	qty := d.one
+	qty, qf := d.one, fixed{1, 0}
 	if d.names[fQty] != "" {
-		if qty, detail = d.positive(value, c[fQty], fQty); detail != "" {
-			return nil, Rejection{Reason: ReasonInvalidQty, Key: rawKey(), Detail: detail}, false
+		if qty, qf, detail = d.positive(value, c[fQty], fQty); detail != "" {
+			return nil, d.fail(Rejection{Reason: ReasonInvalidQty, Key: rawKey(), Detail: detail})
 		}
 	}
-	q, err := price.Mul(qty)
-	if err != nil {
-		return nil, Rejection{Reason: ReasonInvalidQty, Key: rawKey(),
-			Detail: fmt.Sprintf("price × qty (%s × %s) is not exact: %v", price, qty, err)}, false
+	q, fast := pf.mul(qf) // a zero mant (not parsed fast) never takes this path
+	if !fast || pf.mant == 0 || qf.mant == 0 {
+		if q, err = price.Mul(qty); err != nil {
+			return nil, d.fail(Rejection{Reason: ReasonInvalidQty, Key: rawKey(),
+				Detail: fmt.Sprintf("price × qty (%s × %s) is not exact: %v", price, qty, err)})
+		}
 	}
 	t.TS, t.Price, t.Qty = ts, price, qty
 	*quote = q
-	return kb, Rejection{}, true
+	return kb, true
 }
 
 // intern returns the stable string of the key spelled kb, or rejects it
-// when a whitelist is set and does not hold it.
-func (d *Decoder) intern(kb []byte) (string, Rejection, bool) {
-	if key, ok := d.keys[string(kb)]; ok {
-		return key, Rejection{}, true
+// (into d.rej) when a whitelist is set and does not hold it.
+func (d *Decoder) intern(kb []byte) (string, bool) {
+	if s := d.keys.lookup(kb); s != nil {
+		return s.key, true
 	}
 	if d.whitelist {
-		return "", Rejection{Reason: ReasonUnknownKey, Key: string(kb),
-			Detail: fmt.Sprintf("key %q is not in the symbols list", kb)}, false
+		return "", d.fail(Rejection{Reason: ReasonUnknownKey, Key: string(kb),
+			Detail: fmt.Sprintf("key %q is not in the symbols list", kb)})
 	}
-	if len(d.keys) >= maxInterned {
-		clear(d.keys)
+	if d.keys.len() >= maxInterned {
+		d.keys.clear()
 	}
 	key := string(kb)
-	d.keys[key] = key
-	return key, Rejection{}, true
+	d.keys.put(key, struct{}{})
+	return key, true
+}
+
+// fail records why a record is rejected (read back from d.rej: returning
+// the large Rejection by value costs more than the rest of a decode).
+func (d *Decoder) fail(rej Rejection) bool {
+	d.rej = rej
+	return false
 }
 
 func (d *Decoder) eventTime(value []byte, sp span) (int64, error) {
@@ -258,11 +270,20 @@ func (d *Decoder) eventTime(value []byte, sp span) (int64, error) {
 
 // positive parses a price or qty: a JSON number or numeric string, > 0,
 // with at most 18 decimal places. A non-empty detail says what is wrong.
-func (d *Decoder) positive(value []byte, sp span, f int) (decimal.Decimal, string) {
+// When the number took the fast path, fx holds it (else fx.mant is 0).
+func (d *Decoder) positive(value []byte, sp span, f int) (v decimal.Decimal, fx fixed, detail string) {
 	raw := value[sp.start:sp.end]
 	if sp.kind != kindNumber && sp.kind != kindString {
-		return decimal.Zero, fmt.Sprintf("field %q must be a number or a numeric string", d.names[f])
+		return decimal.Zero, fx, fmt.Sprintf("field %q must be a number or a numeric string", d.names[f])
 	}
+	if fx, ok := parseFixed(raw); ok && fx.mant > 0 {
+		return fx.decimal(), fx, ""
+	}
+	v, detail = d.positiveSlow(raw, f)
+	return v, fixed{}, detail
+}
+
+func (d *Decoder) positiveSlow(raw []byte, f int) (decimal.Decimal, string) {
 	v, err := decimal.Parse(raw)
 	if err == nil && v.Sign() > 0 {
 		return v, ""

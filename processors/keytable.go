@@ -5,99 +5,99 @@ import (
 	"iter"
 )
 
-// keyTable maps a key's raw bytes to its state without building a string,
-// so a trade of a known key costs one hash and one compare. It is an
+// table maps a key's raw bytes to a value without building a string, so a
+// record of a known key costs one hash and one compare. It is an
 // open-addressing table (linear probing, backward-shift deletion) hashed
 // with a per-table random seed, so chosen keys cannot force collisions.
-type keyTable struct {
+// The aggregator keeps its key states in one, the decoder its interned keys.
+type table[V any] struct {
 	seed  maphash.Seed
-	slots []keySlot // len is a power of two, at most half full
+	slots []slot[V] // len is a power of two, at most half full
 	n     int
 }
 
-type keySlot struct {
-	h uint64
-	k *keyState // nil: empty
+type slot[V any] struct {
+	h    uint64
+	key  string
+	v    V
+	used bool
 }
 
-func newKeyTable() keyTable {
-	return keyTable{seed: maphash.MakeSeed(), slots: make([]keySlot, 64)}
+func newTable[V any]() table[V] {
+	return table[V]{seed: maphash.MakeSeed(), slots: make([]slot[V], 64)}
 }
 
-func (t *keyTable) len() int { return t.n }
+func (t *table[V]) len() int { return t.n }
 
-// all yields every key's state, in no particular order.
-func (t *keyTable) all() iter.Seq[*keyState] {
-	return func(yield func(*keyState) bool) {
-		for _, s := range t.slots {
-			if s.k != nil && !yield(s.k) {
-				return
-			}
-		}
-	}
-}
-
-// get returns the state of the key spelled b, or nil.
-func (t *keyTable) get(b []byte) *keyState {
+// lookup returns the slot of the key spelled b, or nil.
+func (t *table[V]) lookup(b []byte) *slot[V] {
 	h := maphash.Bytes(t.seed, b)
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
-		if s.k == nil {
+		if !s.used {
 			return nil
 		}
-		if s.h == h && s.k.key == string(b) {
-			return s.k
+		if s.h == h && s.key == string(b) {
+			return s
 		}
 	}
 }
 
+// get returns the value of the key spelled b.
+func (t *table[V]) get(b []byte) (v V, ok bool) {
+	if s := t.lookup(b); s != nil {
+		return s.v, true
+	}
+	return v, false
+}
+
 // getString is get for a string key.
-func (t *keyTable) getString(key string) *keyState {
+func (t *table[V]) getString(key string) (v V, ok bool) {
 	h := maphash.String(t.seed, key)
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
-		if s.k == nil {
-			return nil
+		if !s.used {
+			return v, false
 		}
-		if s.h == h && s.k.key == key {
-			return s.k
+		if s.h == h && s.key == key {
+			return s.v, true
 		}
 	}
 }
 
-// put stores k under k.key, replacing the state the key had.
-func (t *keyTable) put(k *keyState) {
+// put stores v under key, replacing the value the key had.
+func (t *table[V]) put(key string, v V) {
 	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
-	h := maphash.String(t.seed, k.key)
+	h := maphash.String(t.seed, key)
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
-		if s.k == nil {
-			*s = keySlot{h, k}
+		if !s.used {
+			*s = slot[V]{h, key, v, true}
 			t.n++
 			return
 		}
-		if s.h == h && s.k.key == k.key {
-			s.k = k
+		if s.h == h && s.key == key {
+			s.v = v
 			return
 		}
 	}
 }
 
-func (t *keyTable) grow() {
+func (t *table[V]) grow() {
 	old := t.slots
-	t.slots = make([]keySlot, 2*len(old))
+	t.slots = make([]slot[V], 2*len(old))
 	mask := uint64(len(t.slots) - 1)
 	for _, s := range old {
-		if s.k == nil {
+		if !s.used {
 			continue
 		}
 		i := s.h & mask
-		for t.slots[i].k != nil {
+		for t.slots[i].used {
 			i = (i + 1) & mask
 		}
 		t.slots[i] = s
@@ -106,16 +106,16 @@ func (t *keyTable) grow() {
 
 // del removes key. Later entries of its probe run shift back into the hole,
 // so lookups never need tombstones.
-func (t *keyTable) del(key string) {
+func (t *table[V]) del(key string) {
 	h := maphash.String(t.seed, key)
 	mask := uint64(len(t.slots) - 1)
 	i := h & mask
 	for {
 		s := &t.slots[i]
-		if s.k == nil {
+		if !s.used {
 			return
 		}
-		if s.h == h && s.k.key == key {
+		if s.h == h && s.key == key {
 			break
 		}
 		i = (i + 1) & mask
@@ -123,7 +123,7 @@ func (t *keyTable) del(key string) {
 	t.n--
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		s := t.slots[j]
-		if s.k == nil {
+		if !s.used {
 			break
 		}
 		// s may move into the hole at i unless its home lies cyclically in (i, j].
@@ -132,5 +132,22 @@ func (t *keyTable) del(key string) {
 			i = j
 		}
 	}
-	t.slots[i] = keySlot{}
+	t.slots[i] = slot[V]{}
+}
+
+// clear removes every key, keeping the memory.
+func (t *table[V]) clear() {
+	clear(t.slots)
+	t.n = 0
+}
+
+// all yields every value, in no particular order.
+func (t *table[V]) all() iter.Seq[V] {
+	return func(yield func(V) bool) {
+		for _, s := range t.slots {
+			if s.used && !yield(s.v) {
+				return
+			}
+		}
+	}
 }

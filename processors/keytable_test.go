@@ -9,31 +9,47 @@ import (
 // TestKeyTableMatchesMap runs random puts, gets and deletes against a Go map.
 func TestKeyTableMatchesMap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	tab := newKeyTable()
+	tab := newTable[*keyState]()
 	ref := map[string]*keyState{}
 	for i := range 200000 {
 		key := fmt.Sprintf("K%d", rng.IntN(3000))
 		switch rng.IntN(3) {
 		case 0:
 			k := &keyState{key: key}
-			tab.put(k)
+			tab.put(key, k)
 			ref[key] = k
 		case 1:
 			tab.del(key)
 			delete(ref, key)
 		}
-		if got, want := tab.get([]byte(key)), ref[key]; got != want {
+		if got, _ := tab.get([]byte(key)); got != ref[key] {
+			want := ref[key]
 			t.Fatalf("step %d: get(%q) = %p, want %p", i, key, got, want)
 		}
-		if got, want := tab.getString(key), ref[key]; got != want {
+		if got, _ := tab.getString(key); got != ref[key] {
+			want := ref[key]
 			t.Fatalf("step %d: getString(%q) = %p, want %p", i, key, got, want)
 		}
 		if tab.len() != len(ref) {
 			t.Fatalf("step %d: len %d, want %d", i, tab.len(), len(ref))
 		}
 	}
+	n := 0
+	for range tab.all() {
+		n++
+	}
+	if n != len(ref) {
+		t.Fatalf("all yields %d keys, want %d", n, len(ref))
+	}
+	tab.clear()
+	if v, ok := tab.get([]byte("K1")); ok || v != nil || tab.len() != 0 {
+		t.Fatal("clear left keys behind")
+	}
 	for key, k := range ref {
-		if tab.get([]byte(key)) != k {
+		tab.put(key, k)
+	}
+	for key, k := range ref {
+		if got, _ := tab.get([]byte(key)); got != k {
 			t.Fatalf("final: %q lost", key)
 		}
 	}

@@ -66,7 +66,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		}
 		k.dropped = k.dropped[:0]
 		if k.deleted {
-			if cur := a.keys.getString(k.key); cur == nil || cur == k {
+			if cur, _ := a.keys.getString(k.key); cur == nil || cur == k {
 				a.kbuf = append(append(a.kbuf[:0], entryKey), k.key...)
 				fn(a.kbuf, nil)
 			} // else the key came back: its new state is written instead
@@ -118,7 +118,7 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		return nil
 	case entryKey:
 		name := string(key[1:])
-		if old := a.keys.getString(name); old != nil {
+		if old, _ := a.keys.getString(name); old != nil {
 			a.heap.remove(old)
 			a.keys.del(name)
 		}
@@ -129,7 +129,7 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		if err != nil {
 			return fmt.Errorf("restore: key %q: %w", name, err)
 		}
-		a.keys.put(k)
+		a.keys.put(name, k)
 		a.schedule(k)
 		for _, c := range a.orphans[name] {
 			if err := a.restoreIDs(k, c.open, c.data); err != nil {
@@ -146,7 +146,7 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		if r.err != nil || val == nil {
 			return fmt.Errorf("restore: id chunk entry %q: %w", key, errCorrupt)
 		}
-		if k := a.keys.getString(name); k != nil {
+		if k, _ := a.keys.getString(name); k != nil {
 			if err := a.restoreIDs(k, open, val); err != nil {
 				return fmt.Errorf("restore: ids of key %q: %w", name, err)
 			}

@@ -59,7 +59,13 @@ func numericID(id string) (uint64, bool) {
 }
 
 func (w *window) hasID(id string) bool {
-	if n, ok := numericID(id); ok {
+	n, isNum := numericID(id)
+	return w.hasParsedID(id, n, isNum)
+}
+
+// hasParsedID is hasID with numericID(id) already computed.
+func (w *window) hasParsedID(id string, n uint64, isNum bool) bool {
+	if isNum {
 		if l := len(w.nums); l > 0 && n <= w.nums[l-1] {
 			if _, found := slices.BinarySearch(w.nums, n); found {
 				return true
@@ -78,11 +84,17 @@ func (w *window) hasID(id string) bool {
 
 // addID remembers id; save also queues it for the next Changes call.
 func (w *window) addID(id string, save bool) {
+	n, isNum := numericID(id)
+	w.addParsedID(id, n, isNum, save)
+}
+
+// addParsedID is addID with numericID(id) already computed.
+func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 	if save {
 		w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
 		w.unsaved = append(w.unsaved, id...)
 	}
-	if n, ok := numericID(id); ok {
+	if isNum {
 		// Exchanges number trades in order: the common case is an append to
 		// a sorted slice, no hashing. Out-of-order ids go to a map.
 		if l := len(w.nums); l == 0 || n > w.nums[l-1] {
