@@ -50,6 +50,11 @@ type sinkStage struct {
 
 func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*sinkStage, error) {
 	s := &sinkStage{name: name, e: e, log: e.log.With("sink", name), sink: sink, every: 10 * e.commitInterval}
+	if fi, ok := sink.(interface{ FlushInterval() time.Duration }); ok && fi.FlushInterval() > s.every {
+		// A sink that rewrites objects per flush (S3) says how often it wants
+		// to: offsets then commit at that pace, after each flush.
+		s.every = fi.FlushInterval()
+	}
 	var topics []string
 	for _, from := range sk.From {
 		if st, ok := e.g.byName[from]; ok {

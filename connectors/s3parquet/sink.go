@@ -146,6 +146,10 @@ func (s *Sink) Flush(ctx context.Context) error {
 	return s.flush(ctx, s.keys(nil))
 }
 
+// FlushInterval is how often the engine should flush and commit: the
+// configured flush_age, since every flush rewrites the day objects it touches.
+func (s *Sink) FlushInterval() time.Duration { return s.cfg.FlushAge }
+
 // Close flushes the buffer; after it returns nil the sink takes no more
 // writes. If the flush fails the sink stays open and Close may be retried.
 func (s *Sink) Close(ctx context.Context) error {
