@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net"
 	"os"
 	"os/exec"
@@ -59,11 +61,12 @@ func TestKcatThroughDevBroker(t *testing.T) {
 		t.Fatalf("kcat produce: %v\n%s", err, out)
 	}
 
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	top := filepath.Join(t.TempDir(), "kcat.yaml")
 	if err := os.WriteFile(top, []byte(fmt.Sprintf(`
 name: kcat
 brokers: [%s]
-metrics: ""
+metrics: %s
 commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 2}
@@ -71,7 +74,7 @@ processors:
   1m: {kind: candles, from: trades, timeframe: 1m, lateness: 1s, idle_timeout: 0s, max_future: 0s, output: {topic: candles.1m, partitions: 1}}
   5m: {kind: rollup, from: 1m, timeframe: 5m, output: {topic: candles.5m, partitions: 1}}
 dead_letter: {topic: kcat.dlq}
-`, addr)), 0o644); err != nil {
+`, addr, metricsAddr)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var runOut bytes.Buffer
@@ -126,6 +129,22 @@ dead_letter: {topic: kcat.dlq}
 	}
 	if n := strings.Count(strings.TrimSpace(dlq), "\n") + 1; n != 2 {
 		t.Errorf("%d dead letters, want 2:\n%s", n, dlq)
+	}
+	// The same rejections are counted per reason on /metrics.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, line := range []string{
+		`kandle_rejected_total{reason="malformed_json",stage="1m"} 1`,
+		`kandle_rejected_total{reason="duplicate",stage="1m"} 1`,
+		`kandle_records_total{result="accepted",stage="1m"} 7`,
+	} {
+		if !strings.Contains(string(body), line) {
+			t.Errorf("/metrics lacks %s", line)
+		}
 	}
 }
 
