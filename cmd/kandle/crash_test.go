@@ -61,7 +61,7 @@ var outTopics = []string{"c.1m", "c.5m", "c.15m", "c.1h", "d.5m", "dlq"}
 type cluster struct {
 	t       *testing.T
 	start   time.Time
-	dir     string // logs, state dirs and topology files; kept when the test fails
+	dir     string // logs, state dirs and topology files; kept when the test fails or KANDLE_KEEP_LOGS=1
 	addr    string
 	topFile string
 	repFile string
@@ -105,7 +105,7 @@ func newCluster(t *testing.T, total int, o clusterOpts) *cluster {
 		if c.broker != nil {
 			c.broker.kill()
 		}
-		if t.Failed() {
+		if t.Failed() || os.Getenv("KANDLE_KEEP_LOGS") == "1" {
 			t.Logf("process logs, state and topologies kept in %s", dir)
 			return
 		}
@@ -555,9 +555,9 @@ func (c *cluster) produceInBackground(ctx context.Context, chunk int, pause time
 // KANDLE_SOAK=1 (make soak) runs 1M trades and ≥ 40 kills;
 // KANDLE_CRASH_SEED repeats a run's actions.
 func TestCrashHarness(t *testing.T) {
-	total, minKills, chunk, pause := 200_000, 10, 5_000, 600*time.Millisecond
+	total, minKills, chunk, pause, catchUp := 200_000, 10, 5_000, 600*time.Millisecond, 3*time.Minute
 	if os.Getenv("KANDLE_SOAK") == "1" {
-		total, minKills, chunk, pause = 1_000_000, 40, 10_000, 500*time.Millisecond
+		total, minKills, chunk, pause, catchUp = 1_000_000, 40, 10_000, 500*time.Millisecond, 10*time.Minute
 	}
 	c := newCluster(t, total, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	r := rng(t)
@@ -618,5 +618,5 @@ func TestCrashHarness(t *testing.T) {
 	}
 	c.logf("chaos over: %d SIGKILLs, %d instances added, %d stopped gracefully; running %v", kills, added, stopped, c.running())
 	want := c.replay()
-	c.waitExact(want, 3*time.Minute)
+	c.waitExact(want, catchUp)
 }
