@@ -737,14 +737,16 @@ func TestSinksSurviveOutages(t *testing.T) {
 	waitGrowth(0, "starting")
 	outages := []struct {
 		name          string
+		sinks         []string
 		stop, restart func()
 	}{
-		{"valkey", h.redis.Stop, h.startRedis},
-		{"dynamodb", h.ddb.Stop, h.startDynalite},
-		{"s3", h.s3.stop, h.s3.restart},
+		{"valkey", []string{"live"}, func() { h.redis.Stop() }, h.startRedis},
+		{"dynamodb", []string{"history", "ledger"}, func() { h.ddb.Stop() }, h.startDynalite},
+		{"s3", []string{"lake"}, h.s3.stop, h.s3.restart},
 	}
 	for _, o := range outages {
 		before := end()
+		mark := len(h.log.String())
 		o.stop()
 		down := time.Now()
 		n := waitGrowth(before, o.name+" is down")
@@ -752,6 +754,13 @@ func TestSinksSurviveOutages(t *testing.T) {
 		time.Sleep(max(0, 1500*time.Millisecond-time.Since(down)))
 		o.restart()
 		t.Logf("%s down %v; sx.1m end offsets %d → %d meanwhile", o.name, time.Since(down).Round(time.Millisecond), before, n)
+		// The outage was felt: the sink's writes failed and were retried.
+		during := h.log.String()[mark:]
+		for _, sink := range o.sinks {
+			if !sxWarned(during, sink) {
+				t.Errorf("no failed write of sink %s was logged while %s was down", sink, o.name)
+			}
+		}
 	}
 	select {
 	case <-produced:
@@ -765,6 +774,15 @@ func TestSinksSurviveOutages(t *testing.T) {
 		t.Errorf("%d candles on the topics, want 4 symbols × (240 1m + 48 5m + 4 1h) = 1168", n)
 	}
 	t.Logf("%d candles exact in every sink after three outages, %v", len(want), time.Since(start).Round(time.Millisecond))
+}
+
+func sxWarned(log, sink string) bool {
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "sink="+sink+" ") {
+			return true
+		}
+	}
+	return false
 }
 
 func (h *sxHarness) kgo() *kgo.Client {
