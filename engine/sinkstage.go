@@ -46,6 +46,7 @@ type sinkStage struct {
 	dec    *processors.Decoder
 	cl     *kgo.Client
 	every  time.Duration
+	closes []int64 // close times of candles written since the last flush (for the delay histogram)
 }
 
 func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*sinkStage, error) {
@@ -160,6 +161,9 @@ func (s *sinkStage) write(ctx context.Context, cs []candle.Candle, ts []candle.T
 			return err
 		}
 		s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(cs)))
+		for i := range cs {
+			s.closes = append(s.closes, cs[i].CloseTime)
+		}
 	}
 	if len(ts) > 0 {
 		err := retry(ctx, s.log, "write trades", func() error { return s.trades.WriteTrades(ctx, ts) })
@@ -213,6 +217,12 @@ func (s *sinkStage) flushAndCommit(ctx context.Context, recs []*kgo.Record) erro
 	if err := retry(ctx, s.log, "flush", func() error { return s.sink.Flush(ctx) }); err != nil {
 		return err
 	}
+	now := time.Now().UnixMilli()
+	delay := s.e.m.sinkLag.WithLabelValues(s.name)
+	for _, c := range s.closes {
+		delay.Observe(float64(now-c) / 1000)
+	}
+	s.closes = s.closes[:0]
 	cctx := ctx
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc

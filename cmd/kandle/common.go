@@ -42,6 +42,19 @@ func brokersFlag(fs *flag.FlagSet) *string {
 	return fs.String("brokers", "", "comma-separated Kafka seed brokers (host:port); default: the topology's brokers")
 }
 
+// standaloneBrokers returns the brokers a command outside `kandle run` talks
+// to: -brokers, else the topology's (the embedded broker only lives inside
+// `kandle run`, so it needs -brokers).
+func standaloneBrokers(t *topology.Topology, flagValue string) ([]string, error) {
+	if seeds := splitList(flagValue); len(seeds) > 0 {
+		return seeds, nil
+	}
+	if t.Brokers.Embedded() {
+		return nil, fmt.Errorf("topology %s uses the embedded broker, which only lives inside `kandle run`; pass -brokers host:port of a running broker (e.g. `kandle dev-broker`)", t.Name)
+	}
+	return t.Brokers, nil
+}
+
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {

@@ -30,12 +30,9 @@ func cmdOffsets(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return reportTopology(e, err)
 	}
-	seeds := splitList(*brokers)
-	if len(seeds) == 0 {
-		if t.Brokers.Embedded() {
-			return fmt.Errorf("topology %s uses the embedded broker; pass -brokers host:port of the running broker", t.Name)
-		}
-		seeds = t.Brokers
+	seeds, err := standaloneBrokers(t, *brokers)
+	if err != nil {
+		return err
 	}
 	if *reset != "" {
 		if _, ok := t.Processors[*reset]; ok {

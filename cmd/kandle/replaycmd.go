@@ -32,12 +32,9 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return reportTopology(e, err)
 	}
-	seeds := splitList(*brokers)
-	if len(seeds) == 0 {
-		if t.Brokers.Embedded() {
-			return fmt.Errorf("topology %s uses the embedded broker, which only lives inside `kandle run`; pass -brokers host:port of a running broker (e.g. `kandle dev-broker`)", t.Name)
-		}
-		seeds = t.Brokers
+	seeds, err := standaloneBrokers(t, *brokers)
+	if err != nil {
+		return err
 	}
 	o := engine.ReplayOptions{Started: time.Now(), Warmup: *warmup, Logger: e.log}
 	if o.From, err = engine.ParseBound(*from); err != nil {
