@@ -79,6 +79,18 @@ type keyState struct {
 	curOpen, curClose   int64        // window of the last trade (cache)
 	dirty, act, deleted bool
 	admitted            bool // a trade of it passed the decoder's key check (restored keys have not)
+	hasNum              bool
+	maxNum              uint64 // ≥ every numeric trade id the open windows hold (when hasNum)
+}
+
+// newNum reports whether numeric id n is above every numeric id k holds.
+func (k *keyState) newNum(n uint64) bool { return !k.hasNum || n > k.maxNum }
+
+// noteID raises maxNum for a numeric id added to one of k's windows.
+func (k *keyState) noteID(n uint64, isNum bool) {
+	if isNum && k.newNum(n) {
+		k.maxNum, k.hasNum = n, true
+	}
 }
 
 // NewAggregator checks cfg and returns an Aggregator with empty state.
@@ -172,7 +184,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		idNum, idIsNum = numericID(t.ID)
 	}
 	if k != nil {
-		if checkID {
+		// A numeric id above every numeric id the key holds is new: the
+		// common case (exchanges number trades upwards) touches no window.
+		if checkID && !(idIsNum && k.newNum(idNum)) {
 			for _, x := range k.wins {
 				if x.hasParsedID(t.ID, idNum, idIsNum) {
 					reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: t.Key,
@@ -206,6 +220,7 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	w.add(t, v, q)
 	if checkID {
 		w.addParsedID(t.ID, idNum, idIsNum, true)
+		k.noteID(idNum, idIsNum)
 	}
 	k.curOpen, k.curClose = open, close
 	if !k.started || t.TS > k.lastTS {

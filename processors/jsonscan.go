@@ -245,10 +245,7 @@ func scanNum(b []byte, i int) (int, bool) {
 	if b[i] == '0' {
 		i++
 	} else {
-		j := i
-		for j < len(b) && isDigit(b[j]) {
-			j++
-		}
+		j := skipDigits(b, i)
 		if j == i {
 			return i, false
 		}
@@ -256,10 +253,7 @@ func scanNum(b []byte, i int) (int, bool) {
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
-		j := i
-		for j < len(b) && isDigit(b[j]) {
-			j++
-		}
+		j := skipDigits(b, i)
 		if j == i {
 			return i, false
 		}
@@ -270,16 +264,31 @@ func scanNum(b []byte, i int) (int, bool) {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		j := i
-		for j < len(b) && isDigit(b[j]) {
-			j++
-		}
+		j := skipDigits(b, i)
 		if j == i {
 			return i, false
 		}
 		i = j
 	}
 	return i, true
+}
+
+// skipDigits returns the position of the first non-digit at or after i,
+// testing eight bytes at a time while it can.
+func skipDigits(b []byte, i int) int {
+	for i+8 <= len(b) {
+		x := binary.LittleEndian.Uint64(b[i:]) ^ (ones * '0') // digits become 0..9
+		// A byte is flagged when it is ≥ 10 after the xor; only the lowest
+		// flag is exact (carries run upwards), which is the one used.
+		if m := ((x + ones*0x76) | x) & highs; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	for i < len(b) && isDigit(b[i]) {
+		i++
+	}
+	return i
 }
 
 func isDigit(c byte) bool { return c-'0' < 10 }
@@ -309,10 +318,19 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 			return false
 		}
 		nameStart := i + 1
-		j, esc, ok := scanStr(b, i)
-		if !ok {
-			s.pos = j
-			return false
+		j, esc, ok := 0, false, true
+		if i+9 <= len(b) { // inlined scanStr for strings of up to 7 plain bytes
+			if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
+				if p := i + 1 + bits.TrailingZeros64(m)>>3; b[p] == '"' {
+					j = p + 1
+				}
+			}
+		}
+		if j == 0 {
+			if j, esc, ok = scanStr(b, i); !ok {
+				s.pos = j
+				return false
+			}
 		}
 		name := b[nameStart : j-1]
 		i = j
@@ -334,10 +352,19 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 		var sp span
 		switch c := b[i]; {
 		case c == '"':
-			j, esc, ok := scanStr(b, i)
-			if !ok {
-				s.pos = j
-				return false
+			j, esc, ok := 0, false, true
+			if i+9 <= len(b) { // inlined scanStr for strings of up to 7 plain bytes
+				if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
+					if p := i + 1 + bits.TrailingZeros64(m)>>3; b[p] == '"' {
+						j = p + 1
+					}
+				}
+			}
+			if j == 0 {
+				if j, esc, ok = scanStr(b, i); !ok {
+					s.pos = j
+					return false
+				}
 			}
 			sp = span{i + 1, j - 1, kindString}
 			if esc {

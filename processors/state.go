@@ -168,7 +168,10 @@ func (a *Aggregator) restoreIDs(k *keyState, open int64, data []byte) error {
 	}
 	r := reader{b: data}
 	for len(r.b) > 0 && r.err == nil {
-		w.addID(string(r.bytes(r.uvarint())), false)
+		id := string(r.bytes(r.uvarint()))
+		n, isNum := numericID(id)
+		w.addParsedID(id, n, isNum, false)
+		k.noteID(n, isNum)
 	}
 	return r.err
 }
