@@ -35,8 +35,13 @@ type span struct {
 // are not wanted are dismissed with one table lookup.
 type pathLevel struct {
 	nodes []pathNode
+	short []uint64 // per node: shortKey of its name, 0 when longer than 7 bytes
 	first [256]bool
 }
+
+// shortKey packs a name of 1 to 7 bytes (little-endian word w, n bytes)
+// into one comparable word.
+func shortKey(w uint64, n int) uint64 { return w&(1<<(8*uint(n))-1) | uint64(n)<<56 }
 
 type pathNode struct {
 	name     string
@@ -47,6 +52,7 @@ type pathNode struct {
 
 // index fills the first-byte tables of l and its descendants.
 func (l *pathLevel) index() {
+	l.short = make([]uint64, len(l.nodes))
 	for i := range l.nodes {
 		n := &l.nodes[i]
 		l.first[n.name[0]] = true
@@ -54,11 +60,24 @@ func (l *pathLevel) index() {
 			var w [8]byte
 			copy(w[:], n.name)
 			n.word = binary.LittleEndian.Uint64(w[:])
+			if len(n.name) <= 7 {
+				l.short[i] = shortKey(n.word, len(n.name))
+			}
 		}
 		if c := l.nodes[i].children; c != nil {
 			c.index()
 		}
 	}
+}
+
+// findShort returns the node whose name has shortKey key, or nil.
+func (l *pathLevel) findShort(key uint64) *pathNode {
+	for k, w := range l.short {
+		if w == key {
+			return &l.nodes[k]
+		}
+	}
+	return nil
 }
 
 // find returns the node named name (which starts at b[start]), or nil.
@@ -319,10 +338,13 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 		}
 		nameStart := i + 1
 		j, esc, ok := 0, false, true
+		var key uint64     // shortKey of a name of up to 7 bytes
 		if i+9 <= len(b) { // inlined scanStr for strings of up to 7 plain bytes
-			if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
-				if p := i + 1 + bits.TrailingZeros64(m)>>3; b[p] == '"' {
+			x := binary.LittleEndian.Uint64(b[i+1:])
+			if m := special(x); m != 0 {
+				if p := i + 1 + bits.TrailingZeros64(m)>>3; b[p] == '"' && p > i+1 {
 					j = p + 1
+					key = shortKey(x, p-i-1)
 				}
 			}
 		}
@@ -343,7 +365,11 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 		i = skipWS(b, i+1)
 		var node *pathNode
 		if lvl != nil && !esc && len(name) > 0 && lvl.first[name[0]] {
-			node = lvl.find(b, nameStart, name)
+			if key != 0 {
+				node = lvl.findShort(key)
+			} else {
+				node = lvl.find(b, nameStart, name)
+			}
 		}
 		if i >= len(b) {
 			s.pos = i

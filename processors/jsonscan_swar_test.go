@@ -3,6 +3,8 @@ package processors
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kandle/kandle/candle"
 )
 
 // TestSWARAgreesWithBytewise checks skipDigits and scanStr's eight-byte
@@ -78,4 +80,42 @@ func refStr(b []byte, q int) (end int, esc, ok bool) {
 			return i, false, false
 		}
 	}
+}
+
+// TestMemberNamesOfEveryLength: field names from 1 to 12 bytes are found
+// wherever they sit in the record (the short-name word compare needs 8
+// readable bytes, so names near the end take the slow path).
+func TestMemberNamesOfEveryLength(t *testing.T) {
+	names := []string{"k", "ts", "prc", "qqqq", "idabc", "sym123", "keyname", "keyname8", "keyname9x", "keyname10xy", "a.keyname11xy"}
+	for i := 0; i+2 < len(names); i++ {
+		f := Fields{Key: names[i], Time: names[i+1], Price: names[i+2]}
+		d, err := NewDecoder(DecoderConfig{Fields: f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, ts, p := names[i], names[i+1], names[i+2]
+		pv := `"2"`
+		if pp, leaf, ok := cut(p); ok {
+			p, pv = pp, `{"`+leaf+`":"2"}`
+		}
+		for _, rec := range []string{
+			`{"` + k + `":"A","` + ts + `":5,"` + p + `":` + pv + `}`,
+			`{"` + p + `":` + pv + `,"x` + k + `":"B","` + ts + `":5,"` + k + `":"A"}`,
+			`{"` + ts + `":5,"` + p + `":` + pv + `,"` + k + `":"A"}`,
+		} {
+			var tr candle.Trade
+			if rej, ok := d.Decode([]byte(rec), &tr); !ok || tr.Key != "A" || tr.TS != 5 || tr.Price.String() != "2" {
+				t.Fatalf("%s: ok=%v %s, trade %+v", rec, ok, rej.Detail, tr)
+			}
+		}
+	}
+}
+
+func cut(path string) (head, leaf string, ok bool) {
+	for i := range path {
+		if path[i] == '.' {
+			return path[:i], path[i+1:], true
+		}
+	}
+	return path, "", false
 }
