@@ -108,13 +108,17 @@ var sxTopics = []string{"sx.1m", "sx.5m", "sx.1h"}
 
 // sxHarness owns the servers and the kandle processes of one test.
 type sxHarness struct {
-	t      *testing.T
-	ctx    context.Context
-	wg     sync.WaitGroup
-	broker string
-	top    string
-	log    sxBuffer
-	run    <-chan struct{}
+	t       *testing.T
+	ctx     context.Context
+	wg      sync.WaitGroup
+	broker  string
+	top     string
+	log     sxBuffer
+	run     <-chan struct{}
+	cancel  context.CancelFunc // stops everything kandle runs
+	runWG   sync.WaitGroup     // kandle run
+	stopRun context.CancelFunc
+	once    sync.Once
 
 	ddbAddr, ddbDir     string
 	ddb                 *testkit.Service
@@ -127,17 +131,11 @@ type sxHarness struct {
 func newSXHarness(t *testing.T) *sxHarness {
 	localAWS(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &sxHarness{t: t, ctx: ctx}
-	t.Cleanup(func() {
-		cancel()
-		h.wg.Wait()
-		if t.Failed() {
-			t.Logf("kandle log (tail):\n%s", sxTail(h.log.String(), 6000))
-		}
-	})
+	h := &sxHarness{t: t, ctx: ctx, cancel: cancel}
+	t.Cleanup(h.shutdown)
 
 	h.broker = fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
-	h.goKandle("dev-broker", "--listen", h.broker, "--partitions", "3", "--topics", "trades")
+	h.goKandle(h.ctx, &h.wg, "dev-broker", "--listen", h.broker, "--partitions", "3", "--topics", "trades")
 	// Dynalite keeps its tables on disk and Redis appends every write, so a
 	// server restarted on the same port and folder has all its data: the
 	// outage checks can then be exact instead of "at least what came after".
@@ -158,15 +156,38 @@ func newSXHarness(t *testing.T) *sxHarness {
 	return h
 }
 
-// goKandle runs a kandle command until the test ends; the channel closes
-// when it exits.
-func (h *sxHarness) goKandle(args ...string) <-chan struct{} {
+// shutdown stops kandle run, then the broker, before any server goes away
+// (tests defer it; cleanups run after defers), so shutdown is quiet.
+func (h *sxHarness) shutdown() {
+	h.once.Do(func() {
+		if h.stopRun != nil {
+			h.stopRun()
+		}
+		h.runWG.Wait()
+		h.cancel()
+		h.wg.Wait()
+		if h.t.Failed() {
+			h.t.Logf("kandle log (tail):\n%s", sxTail(h.log.String(), 6000))
+		}
+	})
+}
+
+// startRun starts `kandle run` on the topology.
+func (h *sxHarness) startRun() {
+	ctx, cancel := context.WithCancel(h.ctx)
+	h.stopRun = cancel
+	h.run = h.goKandle(ctx, &h.runWG, "run", "-t", h.top, "-state-dir", h.t.TempDir(), "-instance", "sx")
+}
+
+// goKandle runs a kandle command until ctx ends; the channel closes when
+// it exits.
+func (h *sxHarness) goKandle(ctx context.Context, wg *sync.WaitGroup, args ...string) <-chan struct{} {
 	done := make(chan struct{})
-	h.wg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer h.wg.Done()
+		defer wg.Done()
 		defer close(done)
-		if code := realMain(h.ctx, args, &h.log, &h.log); code != 0 && h.ctx.Err() == nil {
+		if code := realMain(ctx, args, &h.log, &h.log); code != 0 && ctx.Err() == nil {
 			h.t.Errorf("kandle %s exited with %d", args[0], code)
 		}
 	}()
@@ -555,6 +576,7 @@ func (h *sxHarness) waitSinks(want map[string]candle.Candle, ledger map[string]s
 func TestSinksThroughTopology(t *testing.T) {
 	start := time.Now()
 	h := newSXHarness(t)
+	defer h.shutdown()
 
 	// Subscribe before anything is published.
 	var mu sync.Mutex
@@ -595,7 +617,7 @@ func TestSinksThroughTopology(t *testing.T) {
 	}
 
 	cfg := sxStream(3000, 100*time.Minute)
-	h.run = h.goKandle("run", "-t", h.top, "-state-dir", t.TempDir(), "-instance", "sx")
+	h.startRun()
 	h.produce(cfg, 0)
 	h.waitClosed(cfg, 40*time.Second)
 	want := h.topicCandles()
@@ -705,8 +727,9 @@ func firstDiff(a, b []string) string {
 func TestSinksSurviveOutages(t *testing.T) {
 	start := time.Now()
 	h := newSXHarness(t)
-	cfg := sxStream(6000, 200*time.Minute)
-	h.run = h.goKandle("run", "-t", h.top, "-state-dir", t.TempDir(), "-instance", "sx")
+	defer h.shutdown()
+	cfg := sxStream(4000, 200*time.Minute)
+	h.startRun()
 	produced := make(chan struct{})
 	go func() {
 		defer close(produced)
