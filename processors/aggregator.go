@@ -81,6 +81,7 @@ type keyState struct {
 	admitted            bool // a trade of it passed the decoder's key check (restored keys have not)
 	hasNum              bool
 	maxNum              uint64 // ≥ every numeric trade id the open windows hold (when hasNum)
+	lastN               int    // trades in the key's last emitted window (a size hint)
 }
 
 // newNum reports whether numeric id n is above every numeric id k holds.
@@ -215,6 +216,10 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	k.admitted = true
 	if w == nil {
 		w = a.newWindow(open, close)
+		if checkID && cap(w.nums) < k.lastN && idIsNum {
+			// Size the id list like the key's last window: no regrowth per trade.
+			w.nums = make([]uint64, 0, k.lastN)
+		}
 		k.insert(w)
 	}
 	w.add(t, v, q)

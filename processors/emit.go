@@ -47,6 +47,7 @@ func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 	w := k.wins[0]
 	out.Candles = append(out.Candles, a.candleOf(k, w))
 	k.prevClose, k.hasPrev = w.c, true
+	k.lastN = int(min(w.n, 1<<12))
 	copy(k.wins, k.wins[1:])
 	k.wins[len(k.wins)-1] = nil
 	k.wins = k.wins[:len(k.wins)-1]

@@ -405,7 +405,11 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 			}
 			sp = span{i, j, kindNumber}
 			i = j
-		default: // objects, arrays, literals and errors
+		case c == 't' && i+4 <= len(b) && string(b[i:i+4]) == "true":
+			sp, i = span{i, i + 4, kindTrue}, i+4
+		case c == 'f' && i+5 <= len(b) && string(b[i:i+5]) == "false":
+			sp, i = span{i, i + 5, kindFalse}, i+5
+		default: // objects, arrays, null and errors
 			s.pos = i
 			var children *pathLevel
 			if node != nil {
