@@ -1,6 +1,7 @@
 package candle
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"github.com/kandle/kandle/decimal"
@@ -177,6 +178,13 @@ func ParseEpochMillis(raw []byte) (int64, bool) {
 		return 0, false
 	}
 	var ms int64
+	if len(raw) >= 8 { // today's epoch ms have 13 digits: the first 8 in one step
+		v, ok := eightDigits(binary.LittleEndian.Uint64(raw))
+		if !ok {
+			return 0, false
+		}
+		ms, raw = int64(v), raw[8:]
+	}
 	for _, c := range raw {
 		if c < '0' || c > '9' {
 			return 0, false
@@ -184,4 +192,18 @@ func ParseEpochMillis(raw []byte) (int64, bool) {
 		ms = ms*10 + int64(c-'0')
 	}
 	return ms, true
+}
+
+// eightDigits parses eight ASCII digits loaded little-endian (first digit in
+// the low byte); ok is false when any byte is not a digit.
+func eightDigits(x uint64) (uint64, bool) {
+	const ones = 0x0101010101010101
+	d := x - ones*'0' // each byte 0..9 when it was a digit
+	// A byte below '0' borrows (high bit set); one above '9' reaches ≥ 0x80 after +0x76.
+	if (d|(d+ones*0x76))&(ones*0x80) != 0 || x&(ones*0x80) != 0 {
+		return 0, false
+	}
+	d = (d*10 + d>>8) & 0x00FF00FF00FF00FF      // pairs
+	d = (d*100 + d>>16) & 0x0000FFFF0000FFFF    // quads
+	return (d*10000 + d>>32) & 0xFFFFFFFF, true // all eight
 }

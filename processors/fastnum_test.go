@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
 )
 
@@ -61,5 +62,33 @@ func TestFixedAgreesWithDecimal(t *testing.T) {
 	}
 	if fast < 50000 {
 		t.Fatalf("only %d inputs took the fast path", fast)
+	}
+}
+
+// TestParseEpochMillisAgreesWithBytewise checks candle.ParseEpochMillis's
+// eight-digit step (the decoder's event-time fast path) against a
+// byte-by-byte parse on random digit strings with stray bytes.
+func TestParseEpochMillisAgreesWithBytewise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 300000 {
+		b := make([]byte, rng.IntN(18))
+		for i := range b {
+			b[i] = byte('0' + rng.IntN(10))
+			if rng.IntN(12) == 0 {
+				b[i] = byte(rng.IntN(256))
+			}
+		}
+		var want int64
+		wantOK := len(b) > 0 && len(b) <= 16
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				wantOK = false
+			}
+			want = want*10 + int64(c-'0')
+		}
+		got, ok := candle.ParseEpochMillis(b)
+		if ok != wantOK || (ok && got != want) {
+			t.Fatalf("ParseEpochMillis(%q) = %d, %v; want %d, %v", b, got, ok, want, wantOK)
+		}
 	}
 }
