@@ -16,6 +16,7 @@ import (
 	"time"
 
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -51,6 +52,8 @@ type kinesisStage struct {
 	kin       *awskinesis.Client
 	ranges    *shardRanges
 
+	accepted, rejectedRecords prometheus.Counter
+
 	mu     sync.Mutex
 	shards map[string]*shardState
 }
@@ -70,7 +73,9 @@ type shardState struct {
 
 func newKinesisStage(e *Engine, spec *stageSpec, src *topology.Source) (*kinesisStage, error) {
 	return &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
-		changelog: e.g.changelogTopic(spec.Name), clParts: max(src.Partitions, 1), shards: map[string]*shardState{}}, nil
+		changelog: e.g.changelogTopic(spec.Name), clParts: max(src.Partitions, 1), shards: map[string]*shardState{},
+		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
+		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}, nil
 }
 
 func (k *kinesisStage) run(ctx context.Context) error {
@@ -197,15 +202,15 @@ func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.B
 	for _, r := range b.Records {
 		n := len(sh.out.Rejected)
 		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Value: r.Data}, &sh.out)
-		result := "accepted"
 		for i := n; i < len(sh.out.Rejected); i++ {
 			sh.out.Rejected[i].Detail += " (kinesis shard " + s.ID + " sequence " + r.Seq + ")"
-			result = "rejected"
 		}
-		k.e.m.records.WithLabelValues(k.spec.Name, result).Inc()
 		sh.ordinal++
 		last = r.Seq
 	}
+	// Every rejection is one input record.
+	k.accepted.Add(float64(len(b.Records) - len(sh.out.Rejected)))
+	k.rejectedRecords.Add(float64(len(sh.out.Rejected)))
 	if err := k.commit(ctx, sh, last); err != nil {
 		return err
 	}
