@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,17 +110,20 @@ var sxTopics = []string{"sx.1m", "sx.5m", "sx.1h"}
 
 // sxHarness owns the servers and the kandle processes of one test.
 type sxHarness struct {
-	t       *testing.T
-	ctx     context.Context
-	wg      sync.WaitGroup
-	broker  string
-	top     string
-	log     sxBuffer
-	run     <-chan struct{}
-	cancel  context.CancelFunc // stops everything kandle runs
-	runWG   sync.WaitGroup     // kandle run
-	stopRun context.CancelFunc
-	once    sync.Once
+	t        *testing.T
+	ctx      context.Context
+	wg       sync.WaitGroup
+	broker   string
+	top      string
+	log      sxBuffer
+	run      <-chan struct{}
+	cancel   context.CancelFunc // stops everything kandle runs
+	runWG    sync.WaitGroup     // kandle run
+	stopRun  context.CancelFunc
+	once     sync.Once
+	stateDir string // kandle run's, kept across its restarts
+	process  bool   // run kandle run as a child process
+	kill     func() // SIGKILL it (process mode)
 
 	ddbAddr, ddbDir     string
 	ddb                 *testkit.Service
@@ -172,11 +177,52 @@ func (h *sxHarness) shutdown() {
 	})
 }
 
-// startRun starts `kandle run` on the topology.
+// startRun starts `kandle run` on the topology (again: same instance and
+// state folder, as a restarted deployment would): in process, or with
+// h.process as a child process that can be SIGKILLed.
 func (h *sxHarness) startRun() {
-	ctx, cancel := context.WithCancel(h.ctx)
-	h.stopRun = cancel
-	h.run = h.goKandle(ctx, &h.runWG, "run", "-t", h.top, "-state-dir", h.t.TempDir(), "-instance", "sx")
+	if h.stateDir == "" {
+		h.stateDir = h.t.TempDir()
+	}
+	// A short session lets a killed member's partitions move on sooner.
+	args := []string{"run", "-t", h.top, "-state-dir", h.stateDir, "-instance", "sx", "-session-timeout", "6s"}
+	if !h.process {
+		ctx, cancel := context.WithCancel(h.ctx)
+		h.stopRun = cancel
+		h.run = h.goKandle(ctx, &h.runWG, args...)
+		return
+	}
+	// The test binary runs kandle's main when asKandleEnv is set (TestMain).
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), asKandleEnv+"=1")
+	cmd.Stdout, cmd.Stderr = &h.log, &h.log
+	if err := cmd.Start(); err != nil {
+		h.t.Fatalf("start kandle run: %v", err)
+	}
+	done := make(chan struct{})
+	h.runWG.Add(1)
+	go func() {
+		defer h.runWG.Done()
+		defer close(done)
+		_ = cmd.Wait()
+	}()
+	h.run, h.kill = done, func() { _ = cmd.Process.Kill() }
+	h.stopRun = func() { // SIGTERM, then SIGKILL if it hangs
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			h.t.Errorf("kandle run took over 20 s to stop after SIGTERM")
+			_ = cmd.Process.Kill()
+		}
+	}
+}
+
+// crashRun SIGKILLs the kandle run process and starts a new one.
+func (h *sxHarness) crashRun() {
+	h.kill()
+	h.runWG.Wait()
+	h.startRun()
 }
 
 // goKandle runs a kandle command until ctx ends; the channel closes when
@@ -728,6 +774,7 @@ func TestSinksSurviveOutages(t *testing.T) {
 	start := time.Now()
 	h := newSXHarness(t)
 	defer h.shutdown()
+	h.process = true
 	cfg := sxStream(4000, 200*time.Minute)
 	h.startRun()
 	produced := make(chan struct{})
@@ -762,10 +809,14 @@ func TestSinksSurviveOutages(t *testing.T) {
 		name          string
 		sinks         []string
 		stop, restart func()
+		crashRun      bool
 	}{
-		{"valkey", []string{"live"}, func() { h.redis.Stop() }, h.startRedis},
-		{"dynamodb", []string{"history", "ledger"}, func() { h.ddb.Stop() }, h.startDynalite},
-		{"s3", []string{"lake"}, h.s3.stop, h.s3.restart},
+		{"valkey", []string{"live"}, func() { h.redis.Stop() }, h.startRedis, false},
+		{"s3", []string{"lake"}, h.s3.stop, h.s3.restart, false},
+		// kandle run is also killed (SIGKILL) while DynamoDB is down: what
+		// its sink stages had taken but could not flush was never committed,
+		// so the new process must get it redelivered and write it.
+		{"dynamodb", []string{"history", "ledger"}, func() { h.ddb.Stop() }, h.startDynalite, true},
 	}
 	for _, o := range outages {
 		before := end()
@@ -775,10 +826,14 @@ func TestSinksSurviveOutages(t *testing.T) {
 		n := waitGrowth(before, o.name+" is down")
 		n = waitGrowth(n, o.name+" is down") // several commits, not one that was in flight
 		time.Sleep(max(0, 1500*time.Millisecond-time.Since(down)))
+		during := h.log.String()[mark:]
+		if o.crashRun {
+			h.crashRun()
+			n = waitGrowth(end(), "kandle run restarted with "+o.name+" down")
+		}
 		o.restart()
 		t.Logf("%s down %v; sx.1m end offsets %d → %d meanwhile", o.name, time.Since(down).Round(time.Millisecond), before, n)
 		// The outage was felt: the sink's writes failed and were retried.
-		during := h.log.String()[mark:]
 		for _, sink := range o.sinks {
 			if !sxWarned(during, sink) {
 				t.Errorf("no failed write of sink %s was logged while %s was down", sink, o.name)
@@ -790,7 +845,9 @@ func TestSinksSurviveOutages(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		t.Fatal("producing the stream took over 40 s")
 	}
+	t.Logf("stream produced at %v", time.Since(start).Round(time.Millisecond))
 	h.waitClosed(cfg, 40*time.Second)
+	t.Logf("last hour closed at %v", time.Since(start).Round(time.Millisecond))
 	want := h.topicCandles()
 	h.waitSinks(want, wantLedger(t, cfg), 40*time.Second)
 	if n := len(want); n != 4*(240+48+4) {
