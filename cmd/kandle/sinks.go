@@ -58,7 +58,8 @@ func buildSinks(ctx context.Context, e *env, t *topology.Topology, reg prometheu
 		case *dynamodb.Config:
 			s, err = dynamodb.New(ctx, *cfg, dynamodb.WithLogger(log), dynamodb.WithRegisterer(r))
 		case *s3parquet.Config:
-			s, err = s3parquet.New(ctx, *cfg, s3parquet.WithLogger(log), s3parquet.WithRegisterer(reg), s3parquet.WithName(name)) // WithName adds the sink label itself
+			s, err = s3parquet.New(ctx, *cfg, s3parquet.WithLogger(e.log), s3parquet.WithRegisterer(reg),
+				s3parquet.WithName(name)) // WithName adds the sink label and log attribute itself
 		case *kinesis.Config:
 			var kin *awskinesis.Client
 			if kin, _, err = kinesis.NewClients(ctx, cfg.Region, cfg.Endpoint, ""); err == nil {
