@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -28,7 +29,7 @@ Times T are RFC 3339 (2026-01-05T10:00:00Z) or epoch milliseconds. -to defaults 
 // cmdQuery reads candles (or readings) back from a DynamoDB sink of a
 // topology, through the same key templates the sink writes with, so an
 // operator can check what a chart or an API would see.
-func cmdQuery(ctx context.Context, e *env, args []string) error {
+func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	fs := newFlags(e, "query", queryUsage,
 		"Reads from the table of a dynamodb sink using the sink's own key templates, region and endpoint.")
 	top := topologyFlag(fs)
@@ -36,10 +37,18 @@ func cmdQuery(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per line (candles as on the candle topics) instead of a table")
 	from := fs.String("from", "", "start of the time range, inclusive (range, readings)")
 	to := fs.String("to", "", "end of the time range, exclusive (range, readings; default now)")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long (reads retry while DynamoDB is unreachable or throttling)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	defer func() {
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: no answer within -timeout %v; check that the sink's endpoint is reachable and the credentials are valid, or raise -timeout", err, *timeout)
+		}
+	}()
 	if len(pos) == 0 {
 		fs.Usage()
 		return fmt.Errorf("name an action: latest, range, many or readings")

@@ -214,7 +214,8 @@ func TestTablesApplyAndQuery(t *testing.T) {
 		t.Errorf("readings (exit %d):\n%s%s\nwant:\n%s", code, out, errOut, want.String())
 	}
 
-	// Mistakes explain themselves.
+	// Mistakes explain themselves; an unreachable endpoint ends at -timeout.
+	dead := writeFile(t, "dead.yaml", fmt.Sprintf(tablesTopology, fmt.Sprintf("http://127.0.0.1:%d", testkit.FreePort(t))))
 	for _, c := range []struct {
 		args []string
 		want string
@@ -225,6 +226,7 @@ func TestTablesApplyAndQuery(t *testing.T) {
 		{[]string{"query", "-t", top, "-sink", "history", "latest", "BTC"}, "usage: kandle query latest SYMBOL TIMEFRAME"},
 		{[]string{"query", "-t", top, "-sink", "history", "oldest"}, `unknown action "oldest"`},
 		{[]string{"tables", "create"}, "kandle tables apply"},
+		{[]string{"query", "-t", dead, "-sink", "history", "-timeout", "500ms", "latest", "BTC", "1m"}, "no answer within -timeout 500ms"},
 	} {
 		if _, errOut, code := runKandle(t, c.args...); code != 1 || !strings.Contains(errOut, c.want) {
 			t.Errorf("kandle %s: exit %d, stderr:\n%s\nwant it to say %q", strings.Join(c.args, " "), code, errOut, c.want)
