@@ -438,7 +438,7 @@ func (s *liveStage) commit(ctx context.Context) error {
 		}
 	}
 	start := time.Now()
-	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.e.txnTimeout)
+	endCtx, cancel := s.endContext(ctx)
 	defer cancel()
 	try := kgo.TryCommit
 	if err := s.sess.Client().Flush(endCtx); err != nil {
@@ -500,11 +500,39 @@ func isFatalTxnErr(err error) bool {
 	return errors.Is(err, kgo.ErrClientClosed)
 }
 
-// shutdown commits the open transaction and leaves the group.
+// stopGrace bounds each step of a graceful stop: ending the open
+// transaction (it is aborted after that), then leaving the group. While the
+// group waits for a dead member's session to expire, End blocks on a
+// heartbeat and Close on the in-flight JoinGroup; unbounded, SIGTERM took
+// 2×transaction timeout plus 15s.
+const stopGrace = 5 * time.Second
+
+// endContext bounds ending a transaction: 2× the transaction timeout, ctx's
+// deadline if sooner, and stopGrace once ctx is canceled (a stop must not
+// wait for a stuck commit, and aborting is always safe).
+func (s *liveStage) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	limit := time.Now().Add(2 * s.e.txnTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(limit) {
+		limit = dl
+	}
+	endCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), limit)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(stopGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-endCtx.Done():
+		}
+	})
+	return endCtx, func() { stop(); cancel() }
+}
+
+// shutdown commits the open transaction and leaves the group, each within stopGrace.
 func (s *liveStage) shutdown() error {
 	var err error
 	if s.inTxn {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*s.e.txnTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 		err = s.commit(ctx)
 		cancel()
 	}
@@ -512,8 +540,8 @@ func (s *liveStage) shutdown() error {
 	go func() { s.sess.Close(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(15 * time.Second):
-		s.log.Warn("leaving the group took too long; closing anyway")
+	case <-time.After(stopGrace):
+		s.log.Warn("leaving the group took too long; closing anyway (the group reassigns our partitions after the session timeout)")
 	}
 	return err
 }
