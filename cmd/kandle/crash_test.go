@@ -609,9 +609,11 @@ func (c *cluster) produceInBackground(ctx context.Context, chunk int, pause time
 // KANDLE_SOAK=1 (make soak) runs 1M trades and ≥ 40 kills;
 // KANDLE_CRASH_SEED repeats a run's actions.
 func TestCrashHarness(t *testing.T) {
-	total, minKills, chunk, pause, catchUp := 200_000, 10, 5_000, 600*time.Millisecond, 3*time.Minute
+	// Each kill waits for the groups to settle (the dead member's session,
+	// 6s), so production is paced to span about minKills × 6s.
+	total, minKills, chunk, pause, catchUp := 200_000, 10, 4_000, 1200*time.Millisecond, 3*time.Minute
 	if os.Getenv("KANDLE_SOAK") == "1" {
-		total, minKills, chunk, pause, catchUp = 1_000_000, 40, 10_000, 500*time.Millisecond, 10*time.Minute
+		total, minKills, chunk, pause, catchUp = 1_000_000, 40, 4_000, 1000*time.Millisecond, 10*time.Minute
 	}
 	c := newCluster(t, total, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	r := rng(t)
@@ -628,7 +630,7 @@ func TestCrashHarness(t *testing.T) {
 			<-prod
 		}
 	}()
-	kills, added, stopped := 0, 0, 0
+	kills, added, stopped, killsWhileFlowing := 0, 0, 0, 0
 	for prod != nil || kills < minKills {
 		select {
 		case err := <-prod:
@@ -636,7 +638,8 @@ func TestCrashHarness(t *testing.T) {
 				t.Fatal(err)
 			}
 			prod = nil
-			c.logf("producer: all %d records sent", c.sent)
+			killsWhileFlowing = kills
+			c.logf("producer: all %d records sent, %d SIGKILLs so far", c.sent, kills)
 		case <-time.After(time.Duration(500+r.IntN(1500)) * time.Millisecond):
 		}
 		// Kill only once every running instance is a member of every stage
@@ -676,7 +679,8 @@ func TestCrashHarness(t *testing.T) {
 	for len(c.running()) < 2 {
 		c.startInstance(newName(), true)
 	}
-	c.logf("chaos over: %d SIGKILLs, %d instances added, %d stopped gracefully; running %v", kills, added, stopped, c.running())
+	c.logf("chaos over: %d SIGKILLs (%d while trades were produced), %d instances added, %d stopped gracefully; running %v",
+		kills, killsWhileFlowing, added, stopped, c.running())
 	want := c.replay()
 	c.waitExact(want, catchUp)
 }
