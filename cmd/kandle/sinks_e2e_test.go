@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/parquet-go/parquet-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/valkey-io/valkey-go"
@@ -751,7 +753,75 @@ func TestSinksThroughTopology(t *testing.T) {
 	if len(lake) != len(want) {
 		t.Errorf("lake holds %d candles, topics %d", len(lake), len(want))
 	}
+	// Every object again through parquet-go's untyped reader, by column
+	// name, independent of the connector's row struct.
+	untyped := map[string]candle.Candle{}
+	for key, data := range objs {
+		cs, err := sxReadParquet(data)
+		if err != nil {
+			t.Fatalf("parquet-go reading %s: %v", key, err)
+		}
+		for _, c := range cs {
+			if _, dup := untyped[sxKey(c)]; dup {
+				t.Errorf("%s stored twice in the lake", sxKey(c))
+			}
+			untyped[sxKey(c)] = c
+		}
+	}
+	for _, p := range diffCandles("lake read by parquet-go", want, untyped) {
+		t.Error(p)
+	}
 	t.Logf("%d candles, %d ledger trades in every sink after %v", len(want), len(ledger), time.Since(start).Round(time.Millisecond))
+}
+
+// sxReadParquet reads a lake object with parquet-go's untyped row reader,
+// looking columns up by name; decimals are DECIMAL(38,18) as 16 big-endian bytes.
+func sxReadParquet(data []byte) ([]candle.Candle, error) {
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	col := map[string]int{}
+	for _, name := range []string{"symbol", "timeframe", "open_time", "close_time", "open", "high", "low", "close",
+		"volume", "quote_volume", "trades", "gap"} {
+		leaf, ok := f.Schema().Lookup(name)
+		if !ok {
+			return nil, fmt.Errorf("no column %q", name)
+		}
+		col[name] = leaf.ColumnIndex
+	}
+	r := parquet.NewReader(f)
+	defer r.Close()
+	var out []candle.Candle
+	rows := make([]parquet.Row, 128)
+	for {
+		n, err := r.ReadRows(rows)
+		for _, row := range rows[:n] {
+			val := map[int]parquet.Value{}
+			for _, v := range row {
+				val[v.Column()] = v
+			}
+			dec := func(name string) decimal.Decimal {
+				b := val[col[name]].ByteArray()
+				if len(b) != 16 {
+					return decimal.Decimal{}
+				}
+				return decimal.FromRaw(binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]))
+			}
+			out = append(out, candle.Candle{Symbol: string(val[col["symbol"]].ByteArray()),
+				Timeframe: string(val[col["timeframe"]].ByteArray()),
+				OpenTime:  val[col["open_time"]].Int64(), CloseTime: val[col["close_time"]].Int64(),
+				Open: dec("open"), High: dec("high"), Low: dec("low"), Close: dec("close"),
+				Volume: dec("volume"), QuoteVolume: dec("quote_volume"),
+				Trades: val[col["trades"]].Int64(), Gap: val[col["gap"]].Boolean()})
+		}
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 func firstDiff(a, b []string) string {
