@@ -23,6 +23,8 @@ Actions (the access patterns of the seeds):
   many SYMBOL,SYMBOL,... TIMEFRAME          newest candle of each symbol (absent ones are skipped)
   readings KEY -from T -to T                trades/readings of KEY with ts in [from, to), merged over
                                             the write shards ({shard} in pk)
+  trades SYMBOL -from T -to T               trade ledger rows of SYMBOL with ts in [from, to), for a pk
+                                            bucketed by time like {symbol}#{yyyy}-{mm}-{dd}-{hh}
 
 Times T are RFC 3339 (2026-01-05T10:00:00Z) or epoch milliseconds. -to defaults to now.`
 
@@ -51,7 +53,7 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	}()
 	if len(pos) == 0 {
 		fs.Usage()
-		return fmt.Errorf("name an action: latest, range, many or readings")
+		return fmt.Errorf("name an action: latest, range, many, readings or trades")
 	}
 	t, err := loadTopology(*top)
 	if err != nil {
@@ -158,8 +160,25 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 			return err
 		}
 		return writeTradeRows(e.stdout, trades, *asJSON)
+	case "trades":
+		if err := want(1, "trades SYMBOL -from T [-to T]"); err != nil {
+			return err
+		}
+		lo, hi, err := bounds()
+		if err != nil {
+			return err
+		}
+		client, err := dynamodb.NewClient(ctx, *cfg, dynamodb.WithLogger(e.log))
+		if err != nil {
+			return err
+		}
+		trades, err := ledgerTrades(ctx, client, cfg, pos[1], lo, hi)
+		if err != nil {
+			return err
+		}
+		return writeTradeRows(e.stdout, trades, *asJSON)
 	default:
-		return fmt.Errorf("unknown action %q: use latest, range, many or readings (kandle query -h)", pos[0])
+		return fmt.Errorf("unknown action %q: use latest, range, many, readings or trades (kandle query -h)", pos[0])
 	}
 	return writeCandleRows(e.stdout, candles, *asJSON)
 }

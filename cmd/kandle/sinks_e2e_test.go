@@ -771,6 +771,27 @@ func TestSinksThroughTopology(t *testing.T) {
 	for _, p := range diffCandles("lake read by parquet-go", want, untyped) {
 		t.Error(p)
 	}
+	// kandle query reads the ledger back across its hour partitions.
+	lo, hi := cfg.Start.Add(10*time.Minute).UnixMilli(), cfg.Start.Add(70*time.Minute).UnixMilli()
+	var rows []sxTrade
+	for _, tr := range ledger {
+		var ms int64
+		fmt.Sscan(tr.TS, &ms)
+		if tr.Symbol == "BTC-USD" && ms >= lo && ms < hi {
+			rows = append(rows, tr)
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].TS+"#"+rows[i].ID < rows[j].TS+"#"+rows[j].ID })
+	var wantOut strings.Builder
+	for _, tr := range rows {
+		fmt.Fprintf(&wantOut, `{"key":%q,"ts":%s,"price":%q,"qty":%q,"trade_id":%q}`+"\n", tr.Symbol, tr.TS, tr.Price, tr.Qty, tr.ID)
+	}
+	out, errOut, code := runKandle(t, "query", "-t", h.top, "-sink", "ledger", "-json", "trades", "BTC-USD",
+		"-from", fmt.Sprint(lo), "-to", time.UnixMilli(hi).UTC().Format(time.RFC3339))
+	if code != 0 || out != wantOut.String() || len(rows) < 100 {
+		t.Errorf("kandle query trades (exit %d, %d rows wanted): %s\ngot:\n%s\nwant:\n%s", code, len(rows), errOut,
+			sxTail(out, 1500), sxTail(wantOut.String(), 1500))
+	}
 	t.Logf("%d candles, %d ledger trades in every sink after %v", len(want), len(ledger), time.Since(start).Round(time.Millisecond))
 }
 

@@ -226,6 +226,8 @@ func TestTablesApplyAndQuery(t *testing.T) {
 		{[]string{"query", "-t", top, "-sink", "history", "latest", "BTC"}, "usage: kandle query latest SYMBOL TIMEFRAME"},
 		{[]string{"query", "-t", top, "-sink", "history", "oldest"}, `unknown action "oldest"`},
 		{[]string{"tables", "create"}, "kandle tables apply"},
+		{[]string{"query", "-t", top, "-sink", "history", "trades", "BTC", "-from", "0"}, "trades reads pks made of {symbol}, {yyyy}"},
+		{[]string{"query", "-t", top, "-sink", "readings", "trades", "dev-7", "-from", "0"}, "has {shard}"},
 		{[]string{"query", "-t", dead, "-sink", "history", "-timeout", "500ms", "latest", "BTC", "1m"}, "no answer within -timeout 500ms"},
 	} {
 		if _, errOut, code := runKandle(t, c.args...); code != 1 || !strings.Contains(errOut, c.want) {
