@@ -228,13 +228,21 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.log.Info("kandle running", "topology", e.top.Name, "instance", e.instance, "brokers", e.brokers)
 	<-ctx.Done()
 	wg.Wait()
+	// Close sinks in parallel under one deadline: a sink that is down must not
+	// add its timeout to every other's.
+	cctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+	defer c()
+	var cw sync.WaitGroup
 	for name, s := range e.sinks {
-		cctx, c := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := s.Close(cctx); err != nil {
-			e.log.Warn("closing sink", "sink", name, "err", err)
-		}
-		c()
+		cw.Add(1)
+		go func() {
+			defer cw.Done()
+			if err := s.Close(cctx); err != nil {
+				e.log.Warn("closing sink", "sink", name, "err", err)
+			}
+		}()
 	}
+	cw.Wait()
 	return errors.Join(errs...)
 }
 

@@ -137,6 +137,13 @@ func (s *Sink) sendChunk(ctx context.Context, items []pending) ([]pending, *Reje
 			if ctx.Err() == nil && classify(err) == classValidation {
 				return s.isolate(ctx, items, rej, err)
 			}
+			var missing *types.ResourceNotFoundException
+			if errors.As(err, &missing) && s.cfg.Provision {
+				// The table went away (deleted, or an emulator restarted):
+				// provision it again on the next flush, which the engine retries.
+				s.provisioned.Store(false)
+				return items, rej, fmt.Errorf("dynamodb table %s not found; it will be provisioned again: %w", table, err)
+			}
 			if ctx.Err() == nil {
 				err = fmt.Errorf("dynamodb BatchWriteItem on table %s failed permanently; check the table exists (or set provision: true), its key schema matches table.pk_attribute/sk_attribute/sk_type, and the credentials may write it: %w", table, err)
 			}
@@ -200,7 +207,7 @@ func (s *Sink) match(items []pending, unprocessed []types.WriteRequest) []pendin
 // ensureProvisioned runs Apply once for this sink's table when
 // Config.Provision is set, retrying while the endpoint is unreachable.
 func (s *Sink) ensureProvisioned(ctx context.Context) error {
-	if !s.cfg.Provision || s.provisioned {
+	if !s.cfg.Provision || s.provisioned.Load() {
 		return nil
 	}
 	err := s.do(ctx, "Apply", func(ctx context.Context) error {
@@ -213,6 +220,6 @@ func (s *Sink) ensureProvisioned(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("dynamodb sink: provision table %s: %w", s.cfg.Table.Name, err)
 	}
-	s.provisioned = true
+	s.provisioned.Store(true)
 	return nil
 }

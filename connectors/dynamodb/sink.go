@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -73,7 +74,7 @@ type Sink struct {
 
 	mu          sync.Mutex
 	buf         []pending
-	provisioned bool
+	provisioned atomic.Bool // cleared when the table turns out to be missing
 	closed      bool
 }
 
@@ -88,7 +89,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Sink{cfg: cfg, client: o.client, log: o.log.With("sink", "dynamodb", "table", cfg.Table.Name)}
+	s := &Sink{cfg: cfg, client: o.client, log: o.log.With("connector", "dynamodb", "table", cfg.Table.Name)}
 	var err error
 	if s.m, err = newMetrics(o.reg); err != nil {
 		return nil, err

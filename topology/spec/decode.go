@@ -343,10 +343,16 @@ func (d *Decoder) structs(node *yaml.Node, path string, vals []reflect.Value) {
 	}
 }
 
-// applyDefault decodes a default tag exactly like YAML input.
+// applyDefault decodes a default tag exactly like YAML input, except that a
+// string field takes its default literally ("{symbol}#{timeframe}" is a key
+// template, not a YAML mapping).
 func (d *Decoder) applyDefault(at *yaml.Node, path string, v reflect.Value, f field) {
 	if strings.TrimSpace(f.def) == "" {
 		return // default:"" means the zero value
+	}
+	if v.Kind() == reflect.String && !v.Addr().Type().Implements(textUnmarshalerType) && !v.Addr().Type().Implements(yamlUnmarshalerType) {
+		d.value(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.def, Line: lineOf(at), Column: colOf(at)}, path, v, f.enum)
+		return
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(f.def), &doc); err != nil {
@@ -424,3 +430,8 @@ func cleanYAMLError(err error) string {
 	s = strings.TrimPrefix(s, "yaml: unmarshal errors:\n  ")
 	return strings.TrimPrefix(s, "yaml: ")
 }
+
+var (
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	yamlUnmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+)

@@ -257,3 +257,27 @@ func (l *slogLevel) UnmarshalText(b []byte) error {
 	}
 	return fmt.Errorf("unknown level %q", b)
 }
+
+// A string default is taken literally: braces and colons in a key template
+// are not YAML flow syntax.
+func TestStringDefaultIsLiteral(t *testing.T) {
+	var c struct {
+		PK string `yaml:"pk" default:"{symbol}#{timeframe}"`
+		SK string `yaml:"sk" default:"{open_time}"`
+		N  int    `yaml:"n" default:"3"`
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte("other: 1\n"), &doc); err != nil {
+		t.Fatal(err)
+	}
+	ps := NewDecoder("x.yaml")
+	ps.Decode(doc.Content[0], "", &c)
+	for _, p := range ps.Problems() {
+		if !strings.Contains(p.Msg, "other") {
+			t.Fatalf("unexpected problem: %v", p)
+		}
+	}
+	if c.PK != "{symbol}#{timeframe}" || c.SK != "{open_time}" || c.N != 3 {
+		t.Fatalf("defaults: %+v", c)
+	}
+}
