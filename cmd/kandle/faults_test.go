@@ -162,10 +162,10 @@ func TestGracefulStopHandsOver(t *testing.T) {
 }
 
 // A graceful stop while the group is rebalancing around a dead member (i1
-// SIGKILLed, i4 joining): the group's join round cannot finish before the
-// dead member's session expires, and kgo lets an in-flight JoinGroup finish
-// before it leaves, so the stop waits for that round. It is still bounded:
-// the engine gives up leaving after 15s.
+// SIGKILLed, i4 joining): the join round cannot finish before the dead
+// member's session expires, kgo's End waits for a heartbeat and Close lets
+// the in-flight JoinGroup finish. The stop is still bounded: the engine
+// spends at most 5s ending its transaction and 5s leaving, then exits.
 func TestGracefulStopDuringRebalance(t *testing.T) {
 	c := newCluster(t, faultRecords, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	for _, n := range []string{"i1", "i2", "i3"} {
@@ -179,9 +179,9 @@ func TestGracefulStopDuringRebalance(t *testing.T) {
 	c.startInstance("i4", true)
 	time.Sleep(time.Second)
 	p := c.insts["i2"].p
-	d, ok := p.term(16 * time.Second)
+	d, ok := p.term(15 * time.Second)
 	if !ok {
-		t.Fatalf("i2 did not exit within 16s of SIGTERM:\n%s", p.tail(3000))
+		t.Fatalf("i2 did not exit within 15s of SIGTERM:\n%s", p.tail(3000))
 	}
 	c.logf("i2: SIGTERM during the rebalance, exited in %s", d.Round(time.Millisecond))
 	h := c.waitMembers(2, 30*time.Second)
