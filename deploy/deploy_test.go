@@ -28,22 +28,13 @@ import (
 	"github.com/kandle/kandle/connectors/dynamodb"
 	"github.com/kandle/kandle/connectors/s3parquet"
 	"github.com/kandle/kandle/connectors/valkey"
+	"github.com/kandle/kandle/internal/sinks"
 	"github.com/kandle/kandle/topology"
 )
 
-// sinkRegistry mirrors cmd/kandle/sinks.go (package main, so not importable):
-// the same connector config structs, so sink blocks are decoded and
-// validated exactly as `kandle validate` does.
-func sinkRegistry() topology.Registry {
-	return topology.Registry{Sinks: map[string]topology.SinkKind{
-		"dynamodb": {Name: "dynamodb", New: func() any { return &dynamodb.Config{} },
-			Validate: func(c any) []string { return c.(*dynamodb.Config).Validate() }},
-		"s3parquet": {Name: "s3parquet", New: func() any { return &s3parquet.Config{} },
-			Validate: func(c any) []string { return c.(*s3parquet.Config).Validate() }},
-		"valkey": {Name: "valkey", New: func() any { return &valkey.Config{} },
-			Validate: func(c any) []string { return c.(*valkey.Config).Validate() }},
-	}}
-}
+// sinkRegistry is the registry `kandle validate` uses, so sink blocks are
+// decoded and validated exactly as kandle does.
+func sinkRegistry() topology.Registry { return sinks.Registry() }
 
 // readFile reads a file relative to deploy/ (the test's working directory).
 func readFile(t *testing.T, path string) []byte {

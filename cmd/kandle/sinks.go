@@ -2,87 +2,18 @@ package main
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
-
-	"github.com/kandle/kandle/connectors/dynamodb"
-	"github.com/kandle/kandle/connectors/kinesis"
-	"github.com/kandle/kandle/connectors/s3parquet"
-	"github.com/kandle/kandle/connectors/valkey"
 	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/sinks"
 	"github.com/kandle/kandle/topology"
 )
 
-// sinkRegistry lists the sink connectors a topology may name. Each kind's
-// Config struct is its one spec: YAML decoding, defaults, validation and
-// docs/reference.md all come from its tags.
-func sinkRegistry() topology.Registry {
-	return topology.Registry{Sinks: map[string]topology.SinkKind{
-		"dynamodb": {Name: "dynamodb",
-			Doc: "Upserts candles (or, fed from a source, raw trades/readings) into a DynamoDB table with key templates; " +
-				"BatchWriteItem with retries of unprocessed items; tables, TTL and indexes provisioned by `kandle tables apply`.",
-			New:      func() any { return &dynamodb.Config{} },
-			Validate: func(c any) []string { return c.(*dynamodb.Config).Validate() }},
-		"s3parquet": {Name: "s3parquet",
-			Doc: "Writes candles as zstd Parquet files in Hive-style partitions (timeframe/symbol/year/month/day), one " +
-				"deterministically named object per day that flushes upsert into, so replays overwrite instead of duplicating.",
-			New:      func() any { return &s3parquet.Config{} },
-			Validate: func(c any) []string { return c.(*s3parquet.Config).Validate() }},
-		"kinesis": {Name: "kinesis",
-			Doc: "Writes candles to a Kinesis stream (PutRecords, partition key = symbol, data = candle JSON), " +
-				"retrying only the failed records of a partially failed call.",
-			New: func() any { return &kinesis.Config{} }},
-		"valkey": {Name: "valkey",
-			Doc: "Live charts: the open candle of each key as hash candle:active:{tf}:{symbol}, published on " +
-				"pub:candle:{tf}:{symbol} (coalesced, pipelined), and final candles published when they close.",
-			New:      func() any { return &valkey.Config{} },
-			Validate: func(c any) []string { return c.(*valkey.Config).Validate() }},
-	}}
-}
+// sinkRegistry is the registry of shipped sink connectors.
+func sinkRegistry() topology.Registry { return sinks.Registry() }
 
-// buildSinks creates the connector of every sink in t and returns the engine
-// options that attach them. Valkey sinks also get the open candles of the
-// processors they read, straight from the stage that owns each key.
+// buildSinks creates the connectors of t's sinks as engine options.
 func buildSinks(ctx context.Context, e *env, t *topology.Topology, reg prometheus.Registerer) ([]engine.Option, error) {
-	var opts []engine.Option
-	for _, name := range sortedKeys(t.Sinks) {
-		sk := t.Sinks[name]
-		r := prometheus.WrapRegistererWith(prometheus.Labels{"sink": name}, reg)
-		log := e.log.With("sink", name)
-		var s engine.CandleSink
-		var err error
-		switch cfg := sk.Config.(type) {
-		case *dynamodb.Config:
-			s, err = dynamodb.New(ctx, *cfg, dynamodb.WithLogger(log), dynamodb.WithRegisterer(r))
-		case *s3parquet.Config:
-			s, err = s3parquet.New(ctx, *cfg, s3parquet.WithLogger(e.log), s3parquet.WithRegisterer(reg),
-				s3parquet.WithName(name)) // WithName adds the sink label and log attribute itself
-		case *kinesis.Config:
-			var kin *awskinesis.Client
-			if kin, _, err = kinesis.NewClients(ctx, cfg.Region, cfg.Endpoint, ""); err == nil {
-				s, err = kinesis.NewSink(kin, *cfg, kinesis.WithLogger(log), kinesis.WithRegisterer(r))
-			}
-		case *valkey.Config:
-			var v *valkey.Sink
-			v, err = valkey.New(ctx, *cfg, valkey.WithLogger(log), valkey.WithRegisterer(r))
-			if err == nil {
-				s = v
-				for _, from := range sk.From {
-					if _, ok := t.Processors[from]; ok {
-						opts = append(opts, engine.WithLive(from, v))
-					}
-				}
-			}
-		default:
-			err = fmt.Errorf("kind %q has no connector in this build", sk.Kind)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sink %s: %w", name, err)
-		}
-		opts = append(opts, engine.WithSink(name, s))
-	}
-	return opts, nil
+	return sinks.Build(ctx, e.log, t, reg)
 }
