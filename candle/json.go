@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/kandle/kandle/decimal"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -12,6 +13,7 @@ import (
 // AppendJSON appends c as one JSON object (the wire format of output topics),
 // decimals as strings, without reflection.
 func (c *Candle) AppendJSON(b []byte) []byte {
+	b = slices.Grow(b, 192+len(c.Symbol)) // one allocation for the whole object
 	b = append(b, `{"symbol":`...)
 	b = strconv.AppendQuote(b, c.Symbol)
 	b = append(b, `,"timeframe":"`...)

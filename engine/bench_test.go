@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sort"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/gen"
@@ -41,20 +44,29 @@ dead_letter: {topic: bench.dlq}
 // transactional produce of candles, changelog and offsets. The trades are
 // produced before the timer starts; the clock stops when the 1m stage has
 // committed its offsets for every trade.
+//
+// Two streams of 1M trades over 200 symbols: "dense" spans 2 hours (~0.02
+// closed 1m candles per trade, like a liquid market), "sparse" spans 48
+// hours (~0.6 candles per trade, the worst case: output dominates).
 func BenchmarkEndToEnd(b *testing.B) {
-	for _, interval := range []string{"50ms", "200ms"} {
-		b.Run("commit="+interval, func(b *testing.B) {
-			const n = 1_000_000
-			var rate float64
-			for range b.N {
-				rate = runEndToEnd(b, n, interval)
-			}
-			b.ReportMetric(rate, "trades/s")
-		})
+	for _, stream := range []struct {
+		name string
+		span time.Duration
+	}{{"dense", 2 * time.Hour}, {"sparse", 48 * time.Hour}} {
+		for _, interval := range []string{"25ms", "200ms"} {
+			b.Run(stream.name+"/commit="+interval, func(b *testing.B) {
+				const n = 1_000_000
+				var rate float64
+				for range b.N {
+					rate = runEndToEnd(b, n, stream.span, interval)
+				}
+				b.ReportMetric(rate, "trades/s")
+			})
+		}
 	}
 }
 
-func runEndToEnd(b *testing.B, n int, interval string) float64 {
+func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) float64 {
 	b.StopTimer()
 	broker, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
@@ -75,7 +87,7 @@ func runEndToEnd(b *testing.B, n int, interval string) float64 {
 	for i := range cfg.Symbols {
 		cfg.Symbols[i] = fmt.Sprintf("SYM%03d", i)
 	}
-	cfg.Count, cfg.Span, cfg.Start = n, 48*time.Hour, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg.Count, cfg.Span, cfg.Start = n, span, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	g, err := gen.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -113,4 +125,124 @@ func runEndToEnd(b *testing.B, n int, interval string) float64 {
 		b.Fatal(err)
 	}
 	return float64(n) / elapsed.Seconds()
+}
+
+// BenchmarkCloseLatency measures trade-to-final-candle latency: trades are
+// produced live (event time = wall clock) into 1s windows; for every window,
+// the latency is from sending the first trade that closes it (its event time
+// passes the window's close; lateness 0) to the moment a read-committed
+// consumer receives the closed candle. Reported as p50/p99 for two commit
+// intervals; the commit interval bounds it from below.
+func BenchmarkCloseLatency(b *testing.B) {
+	for _, interval := range []string{"10ms", "25ms", "100ms"} {
+		b.Run("commit="+interval, func(b *testing.B) {
+			var p50, p99 time.Duration
+			for range b.N {
+				p50, p99 = runCloseLatency(b, interval, 8*time.Second)
+			}
+			b.ReportMetric(float64(p50.Microseconds())/1000, "p50-ms")
+			b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+		})
+	}
+}
+
+const latencyTopology = `
+name: lat
+brokers: [%s]
+metrics: ""
+commit_interval: %s
+sources:
+  trades: {topic: trades, partitions: 1}
+processors:
+  1s: {kind: candles, from: trades, timeframe: 1s, lateness: 0s, idle_timeout: 0s, max_future: 1m, output: {topic: c.1s, partitions: 1}}
+dead_letter: {topic: lat.dlq}
+`
+
+func runCloseLatency(b *testing.B, interval string, run time.Duration) (p50, p99 time.Duration) {
+	b.StopTimer()
+	broker, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer broker.Close()
+	seeds := broker.Addrs()
+	top, err := topology.Parse("lat.yaml", fmt.Appendf(nil, latencyTopology, seeds[0], interval), topology.Registry{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := engine.New(top, engine.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), engine.WithInstanceID("lat"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+	}()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ProducerLinger(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer prod.Close()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics("c.1s"), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(10*time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cons.Close()
+
+	var mu sync.Mutex
+	closedBy := map[int64]time.Time{} // window close (ms) → when the trade closing it was sent
+	var lat []time.Duration
+	recv := make(chan struct{})
+	go func() {
+		defer close(recv)
+		for ctx.Err() == nil {
+			fs := cons.PollFetches(ctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) {
+				c, err := candle.ParseJSON(r.Value)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				if sent, ok := closedBy[c.CloseTime]; ok {
+					lat = append(lat, now.Sub(sent))
+					delete(closedBy, c.CloseTime)
+				}
+				mu.Unlock()
+			})
+		}
+	}()
+	time.Sleep(500 * time.Millisecond) // the stage joins its group
+	b.StartTimer()
+	var lastSec int64 = -1
+	for end, i := time.Now().Add(run), 0; time.Now().Before(end); i++ {
+		now := time.Now()
+		sec := now.UnixMilli() / 1000
+		v := fmt.Appendf(nil, `{"symbol":"BTC","ts":%d,"price":"100","qty":"1","trade_id":%d}`, now.UnixMilli(), i)
+		if sec != lastSec && lastSec >= 0 {
+			mu.Lock()
+			closedBy[sec*1000] = now // this trade's event time passes the close of window sec-1
+			mu.Unlock()
+		}
+		lastSec = sec
+		prod.Produce(ctx, &kgo.Record{Topic: "trades", Key: []byte("BTC"), Value: v}, nil)
+		time.Sleep(2 * time.Millisecond)
+	}
+	b.StopTimer()
+	time.Sleep(time.Second)
+	cancel()
+	<-recv
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lat) < 3 {
+		b.Fatalf("only %d windows measured", len(lat))
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
 }

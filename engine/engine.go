@@ -128,7 +128,7 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 		o(e)
 	}
 	if e.commitInterval <= 0 {
-		e.commitInterval = 100 * time.Millisecond
+		e.commitInterval = 25 * time.Millisecond
 	}
 	if e.reg == nil {
 		e.reg = prometheus.NewRegistry()
