@@ -147,6 +147,10 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 	return e, nil
 }
 
+// clientID names this instance's Kafka clients, so group descriptions show
+// which instance owns which partitions.
+func (e *Engine) clientID() kgo.Opt { return kgo.ClientID("kandle-" + e.instance) }
+
 func (e *Engine) runs(name string) bool { return len(e.only) == 0 || e.only[name] }
 
 // Brokers returns the seed brokers in use (after Run started an embedded one).

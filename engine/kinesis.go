@@ -145,7 +145,7 @@ func (k *kinesisStage) tickLoop(ctx context.Context) {
 // Open restores the shard (or hands its parents' keys over) and says where to resume.
 func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
 	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.e.brokers...),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.e.brokers...), k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
 		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))
 	if err != nil {

@@ -77,7 +77,7 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		s.trades, s.dec = ts, dec
 		topics = append(topics, src.Topic)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumerGroup(e.g.groupID("sink."+name)),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), e.clientID(), kgo.ConsumerGroup(e.g.groupID("sink."+name)),
 		kgo.ConsumeTopics(topics...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		// The same session as the processor stages: without it kgo's 45 s

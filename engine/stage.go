@@ -76,7 +76,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	group := e.g.groupID(spec.Name)
 	txnID := group + "." + e.instance
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(e.brokers...),
+		kgo.SeedBrokers(e.brokers...), e.clientID(),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(spec.InputTopic),
 		kgo.TransactionalID(txnID),
