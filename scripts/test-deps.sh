@@ -21,6 +21,9 @@ fi
 if [ ! -d tools/emu/node_modules/@duckdb/node-api ] || [ ! -d tools/emu/node_modules/dynalite ] \
   || [ ! -d tools/emu/node_modules/kinesis-local ] || [ ! -d tools/emu/node_modules/s3rver ]; then
   echo "test-deps: installing npm emulators into tools/emu"
-  (cd tools/emu && npm ci --no-audit --no-fund --loglevel=error)
+  # `npm install` with the lock, not `npm ci`: npm 11's ci rejects a lock
+  # without entries for @duckdb's optional bindings of other platforms.
+  # --no-save keeps the tracked lock file untouched.
+  (cd tools/emu && npm install --no-audit --no-fund --no-save --loglevel=error)
 fi
-echo "test-deps: kcat $(kcat -V 2>/dev/null | head -1 | awk '{print $2}'), $(redis-server --version | awk '{print $3}'), node $(node --version), emulators in tools/emu"
+echo "test-deps: kcat, redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2), node $(node --version), emulators in tools/emu"
