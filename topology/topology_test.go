@@ -108,7 +108,7 @@ func TestCryptoDefaults(t *testing.T) {
 	if top.Name != "crypto" || !top.Brokers.Embedded() || top.Group != "kandle-crypto" || top.DeadLetter.Topic != "trades.dlq" {
 		t.Fatalf("top-level values: %+v", top)
 	}
-	if top.Commit != 100*time.Millisecond || top.Metrics != "127.0.0.1:9464" || top.DeadLetter.Partitions != 3 {
+	if top.Commit != 25*time.Millisecond || top.Metrics != "127.0.0.1:9464" || top.DeadLetter.Partitions != 3 {
 		t.Fatalf("top-level defaults: commit %v metrics %q dlq %+v", top.Commit, top.Metrics, top.DeadLetter)
 	}
 	src := top.Sources["trades"]
