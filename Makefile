@@ -2,9 +2,10 @@
 GO       ?= go
 BIN      := bin/kandle
 PKGS     := ./...
-# Packages run one at a time: the crash harness and the emulator tests compete
+# -count=1: always execute (never report cached results). Packages run one at a
+# time: the crash harness and the emulator tests compete
 # for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
-TESTFLAGS ?= -p 1 -timeout 30m
+TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
 .PHONY: build demo test deps bench soak lint docs clean
 
