@@ -350,7 +350,7 @@ func (d *Decoder) applyDefault(at *yaml.Node, path string, v reflect.Value, f fi
 	if strings.TrimSpace(f.def) == "" {
 		return // default:"" means the zero value
 	}
-	if v.Kind() == reflect.String && !v.Addr().Type().Implements(textUnmarshalerType) && !v.Addr().Type().Implements(yamlUnmarshalerType) {
+	if v.Kind() == reflect.String && !custom(v.Type()) {
 		d.value(&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: f.def, Line: lineOf(at), Column: colOf(at)}, path, v, f.enum)
 		return
 	}
@@ -430,8 +430,3 @@ func cleanYAMLError(err error) string {
 	s = strings.TrimPrefix(s, "yaml: unmarshal errors:\n  ")
 	return strings.TrimPrefix(s, "yaml: ")
 }
-
-var (
-	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
-	yamlUnmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
-)
