@@ -10,16 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/kandle/kandle/candle"
-)
-
-// Defaults used when a Config built in Go leaves a knob at zero. They match
-// the default tags below (a test checks that they agree).
-const (
-	defaultRegion      = "us-east-1"
-	defaultMaxInFlight = 4
-	defaultBufferItems = 100
-	defaultRetryBase   = 50 * time.Millisecond
-	defaultRetryMax    = 5 * time.Second
+	"github.com/kandle/kandle/topology/spec"
 )
 
 // Config is a DynamoDB sink's YAML block. Its tags are the one list of fields.
@@ -115,46 +106,16 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // String formats the duration like time.Duration.
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// withDefaults fills knobs a Go caller left at zero.
+// withDefaults fills the knobs a Go caller left at zero from the default
+// tags, the same values a YAML block without them gets. (The tags are
+// checked to decode by TestDefaultTagsMatchCode.)
 func (c Config) withDefaults() Config {
-	if c.Region == "" {
-		c.Region = defaultRegion
-	}
-	if c.MaxInFlight == 0 {
-		c.MaxInFlight = defaultMaxInFlight
-	}
-	if c.BufferItems == 0 {
-		c.BufferItems = defaultBufferItems
-	}
-	if c.RetryBase == 0 {
-		c.RetryBase = Duration(defaultRetryBase)
-	}
-	if c.RetryMax == 0 {
-		c.RetryMax = Duration(defaultRetryMax)
-	}
-	c.Table = c.Table.withDefaults()
+	_ = spec.FillDefaults(&c)
 	return c
 }
 
 func (t TableSpec) withDefaults() TableSpec {
-	if t.PKAttribute == "" {
-		t.PKAttribute = "pk"
-	}
-	if t.SKAttribute == "" {
-		t.SKAttribute = "sk"
-	}
-	if t.SKType == "" {
-		t.SKType = "N"
-	}
-	if t.BillingMode == "" {
-		t.BillingMode = "PAY_PER_REQUEST"
-	}
-	if t.ReadCapacity == 0 {
-		t.ReadCapacity = 5
-	}
-	if t.WriteCapacity == 0 {
-		t.WriteCapacity = 5
-	}
+	_ = spec.FillDefaults(&t)
 	return t
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kandle/kandle/topology/spec"
 )
 
 func TestTemplateRender(t *testing.T) {
@@ -127,6 +129,9 @@ func TestDefaultTagsMatchCode(t *testing.T) {
 				t.Errorf("%s: default tag %q, code default %q", f.Name, def, s)
 			}
 		}
+	}
+	if err := spec.FillDefaults(&Config{}); err != nil { // withDefaults ignores this error
+		t.Fatal(err)
 	}
 	c := Config{}.withDefaults()
 	// PK and SK defaults are templates a Go caller must set; compare the rest.

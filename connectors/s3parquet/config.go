@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/kandle/kandle/topology/spec"
 )
 
 // Config is the s3parquet sink's YAML block. Its tags are the one list of
@@ -27,44 +29,11 @@ type Config struct {
 	MaxBackoff      time.Duration `yaml:"max_backoff" default:"10s" doc:"Longest pause between retries of a failing write. Retries go on until the stage stops."`
 }
 
-// Defaults used when a Config field is zero (New applies them, so a Config
-// built in Go needs only URL).
-const (
-	DefaultRegion         = "us-east-1"
-	DefaultRowGroupRows   = 100_000
-	DefaultFlushRows      = 10_000
-	DefaultFlushBytes     = 16 << 20
-	DefaultFlushAge       = 30 * time.Second
-	DefaultConcurrency    = 4
-	DefaultRequestTimeout = 30 * time.Second
-	DefaultMaxBackoff     = 10 * time.Second
-)
-
+// withDefaults fills the fields a Go caller left at zero from the default
+// tags, the same values a YAML block without them gets (a Config built in Go
+// needs only URL).
 func (c Config) withDefaults() Config {
-	if c.Region == "" {
-		c.Region = DefaultRegion
-	}
-	if c.RowGroupRows == 0 {
-		c.RowGroupRows = DefaultRowGroupRows
-	}
-	if c.FlushRows == 0 {
-		c.FlushRows = DefaultFlushRows
-	}
-	if c.FlushBytes == 0 {
-		c.FlushBytes = DefaultFlushBytes
-	}
-	if c.FlushAge == 0 {
-		c.FlushAge = DefaultFlushAge
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.MaxBackoff == 0 {
-		c.MaxBackoff = DefaultMaxBackoff
-	}
+	_ = spec.FillDefaults(&c)
 	return c
 }
 

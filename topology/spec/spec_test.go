@@ -281,3 +281,34 @@ func TestStringDefaultIsLiteral(t *testing.T) {
 		t.Fatalf("defaults: %+v", c)
 	}
 }
+
+// A config built in Go gets the tag defaults for the fields it left zero,
+// and keeps the ones it set.
+func TestFillDefaults(t *testing.T) {
+	type inner struct {
+		TTL time.Duration `yaml:"ttl" default:"24h"`
+	}
+	var c struct {
+		PK    string        `yaml:"pk" default:"{symbol}#{timeframe}"`
+		N     int           `yaml:"n" default:"3"`
+		Age   time.Duration `yaml:"age" default:"30s"`
+		Set   int           `yaml:"set" default:"9"`
+		Inner inner         `yaml:"inner"`
+	}
+	c.Set = 4
+	if err := FillDefaults(&c); err != nil {
+		t.Fatal(err)
+	}
+	if c.PK != "{symbol}#{timeframe}" || c.N != 3 || c.Age != 30*time.Second || c.Set != 4 || c.Inner.TTL != 24*time.Hour {
+		t.Fatalf("%+v", c)
+	}
+	var bad struct {
+		N int `yaml:"n" default:"three"`
+	}
+	if err := FillDefaults(&bad); err == nil {
+		t.Fatal("a bad default tag was accepted")
+	}
+	if err := FillDefaults(c); err == nil {
+		t.Fatal("a non-pointer was accepted")
+	}
+}
