@@ -38,15 +38,16 @@ const ReasonSinkRejected processors.Reason = "sink_rejected"
 // sinkStage feeds one sink from output topics (candles) or a source topic
 // (trades), at least once: offsets commit only after the sink flushed.
 type sinkStage struct {
-	name   string
-	e      *Engine
-	log    *slog.Logger
-	sink   CandleSink
-	trades TradeSink
-	dec    *processors.Decoder
-	cl     *kgo.Client
-	every  time.Duration
-	closes []int64 // close times of candles written since the last flush (for the delay histogram)
+	name         string
+	e            *Engine
+	log          *slog.Logger
+	sink         CandleSink
+	trades       TradeSink
+	dec          *processors.Decoder
+	cl           *kgo.Client
+	every        time.Duration
+	candleTopics map[string]bool // output topics this sink reads (the rest are trade sources)
+	closes       []int64         // close times of candles written since the last flush (for the delay histogram)
 }
 
 func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*sinkStage, error) {
@@ -57,9 +58,11 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		s.every = fi.FlushInterval()
 	}
 	var topics []string
+	s.candleTopics = map[string]bool{}
 	for _, from := range sk.From {
 		if st, ok := e.g.byName[from]; ok {
 			topics = append(topics, st.OutputTopic)
+			s.candleTopics[st.OutputTopic] = true
 			continue
 		}
 		src, ok := e.top.Sources[from]
@@ -111,7 +114,7 @@ func (s *sinkStage) run(ctx context.Context) error {
 		var trades []candle.Trade
 		fs.EachRecord(func(r *kgo.Record) {
 			pending = append(pending, r)
-			if s.dec != nil && !s.isCandleTopic(r.Topic) {
+			if s.dec != nil && !s.candleTopics[r.Topic] {
 				var t candle.Trade
 				if _, ok := s.dec.Decode(r.Value, &t); ok {
 					trades = append(trades, t)
@@ -139,15 +142,6 @@ func (s *sinkStage) run(ctx context.Context) error {
 			return s.stop(nil)
 		}
 	}
-}
-
-func (s *sinkStage) isCandleTopic(topic string) bool {
-	for _, st := range s.e.g.stages {
-		if st.OutputTopic == topic {
-			return true
-		}
-	}
-	return false
 }
 
 // write retries until the sink takes the batch or ctx ends; candles the sink
