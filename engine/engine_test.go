@@ -410,3 +410,69 @@ func partitionKeys(t *testing.T, f *fixture, parts []int32) map[string]bool {
 	}
 	return keys
 }
+
+// Live mode only: a partition that stays quiet for idle_timeout advances its
+// watermark by the wall clock, so the last window closes without any later
+// trade. A replay of the same input never does (its candles depend only on
+// its input).
+func TestIdleAdvanceLiveOnly(t *testing.T) {
+	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	seeds := b.Addrs()
+	top, err := topology.Parse("idle.yaml", fmt.Appendf(nil, `
+name: idle
+brokers: [%s]
+metrics: ""
+sources:
+  trades: {topic: trades, partitions: 1}
+processors:
+  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 0s, idle_timeout: 1s, max_future: 0s, output: {topic: c.1m, partitions: 1}}
+`, seeds[0]), topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(context.Background(), cl, []kafka.TopicSpec{{Name: "trades", Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	// One trade in the minute before the current one: only the wall clock can close its window.
+	open := time.Now().Add(-time.Minute).Truncate(time.Minute)
+	v := fmt.Appendf(nil, `{"symbol":"BTC","ts":%d,"price":"42","qty":"1","trade_id":1}`, open.Add(time.Second).UnixMilli())
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "trades", Key: []byte("BTC"), Value: v}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf(`"open_time":%d`, open.UnixMilli())
+
+	var rec recordingOutput
+	if _, err := engine.Replay(context.Background(), top, seeds, engine.ReplayOptions{Started: time.Now(), Out: &rec}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.byTopic["c.1m"]); n != 0 {
+		t.Fatalf("replay closed %d windows by the wall clock: %v", n, rec.byTopic["c.1m"])
+	}
+
+	f := &fixture{t: t, seeds: seeds, top: top}
+	r := f.start(t.TempDir(), "a")
+	defer r.stop(t)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var got []string
+		for _, r := range testkit.ReadTopic(t, seeds, "c.1m") {
+			got = append(got, string(r.Value))
+		}
+		if len(got) > 0 && strings.Contains(got[0], want) && strings.Contains(got[0], `"trades":1`) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the quiet partition's window was not closed by idle advance; candles: %v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
