@@ -399,7 +399,7 @@ func (s *liveStage) produce(ctx context.Context, r *kgo.Record) {
 			}
 			return
 		}
-		if r.Topic == s.changelog && r.Offset > s.clMax[r.Partition] {
+		if cur, ok := s.clMax[r.Partition]; r.Topic == s.changelog && (!ok || r.Offset > cur) {
 			s.clMax[r.Partition] = r.Offset
 		}
 	})
@@ -477,9 +477,6 @@ func (s *liveStage) commit(ctx context.Context) error {
 		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)
 	}
 	for p, ps := range s.parts {
-		if !ps.consumed && clMax[p] == 0 {
-			continue
-		}
 		ps.consumed = false
 		if off, ok := clMax[p]; ok {
 			batch.SetMeta(s.spec.Name, p, state.Meta{ChangelogOffset: off + 1, InputOffset: ps.nextInput})
