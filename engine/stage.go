@@ -137,12 +137,27 @@ func changelogPartitioner(changelog string) kgo.Partitioner {
 }
 
 // run processes until ctx ends, then commits what is open and leaves the group.
+// Every way out leaves the group: a stop that lands mid-restore or mid-commit
+// must not leave a member behind that holds its partitions until the session
+// timeout.
 func (s *liveStage) run(ctx context.Context) error {
 	defer s.restoreCl.Close()
+	err := s.loop(ctx)
+	if ctx.Err() != nil { // stopping: errors caused by the cancellation do not count
+		if err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Warn("error while stopping", "err", err)
+		}
+		return s.shutdown()
+	}
+	s.leave() // a failed stage does not commit; its open transaction aborts
+	return err
+}
+
+func (s *liveStage) loop(ctx context.Context) error {
 	interval := s.e.commitInterval
 	for {
 		if ctx.Err() != nil {
-			return s.shutdown()
+			return nil
 		}
 		if err := s.handleEvents(ctx); err != nil {
 			return err
@@ -533,6 +548,12 @@ func (s *liveStage) shutdown() error {
 		err = s.commit(ctx)
 		cancel()
 	}
+	s.leave()
+	return err
+}
+
+// leave closes the session, which leaves the group, waiting at most stopGrace.
+func (s *liveStage) leave() {
 	done := make(chan struct{})
 	go func() { s.sess.Close(); close(done) }()
 	select {
@@ -540,7 +561,6 @@ func (s *liveStage) shutdown() error {
 	case <-time.After(stopGrace):
 		s.log.Warn("leaving the group took too long; closing anyway (the group reassigns our partitions after the session timeout)")
 	}
-	return err
 }
 
 // PartitionProgress is what a stage's changelog says about one input partition at

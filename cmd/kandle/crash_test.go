@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -189,7 +190,8 @@ func (c *cluster) spawn(name string, args ...string) *kproc {
 	}
 	fmt.Fprintf(logf, "==== [%6.2fs] kandle %s\n", time.Since(c.start).Seconds(), strings.Join(args, " "))
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), asKandleEnv+"=1", "KANDLE_LOG_LEVEL=info")
+	level := cmp.Or(os.Getenv("KANDLE_TEST_CHILD_LOG_LEVEL"), "info") // debug shows kgo's group protocol
+	cmd.Env = append(os.Environ(), asKandleEnv+"=1", "KANDLE_LOG_LEVEL="+level)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
