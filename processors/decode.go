@@ -167,13 +167,10 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 		return nil, d.fail(Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"})
 	}
 	c := &d.caps
-	for _, f := range [...]int{fKey, fTime, fPrice, fQty} {
-		if d.names[f] != "" && (c[f].kind == kindNone || c[f].kind == kindNull) {
-			return nil, d.fail(Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", d.names[f])})
-		}
-	}
-	// Key: a non-empty string or a number.
+	// Key first, so that every later rejection can name it.
 	switch c[fKey].kind {
+	case kindNone, kindNull:
+		return nil, d.fail(Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", d.names[fKey])})
 	case kindString, kindNumber:
 		kb = value[c[fKey].start:c[fKey].end]
 	case kindEsc:
@@ -182,6 +179,11 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 	}
 	if len(kb) == 0 {
 		return nil, d.fail(Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])})
+	}
+	for _, f := range [...]int{fTime, fPrice, fQty} {
+		if d.names[f] != "" && (c[f].kind == kindNone || c[f].kind == kindNull) {
+			return nil, d.fail(Rejection{Reason: ReasonMissingField, Key: string(kb), Detail: fmt.Sprintf("field %q is missing", d.names[f])})
+		}
 	}
 	rawKey := func() string { return string(kb) }
 	// Trade id: optional, a string or a number (7 and "7" are the same id).
