@@ -33,10 +33,14 @@ type liveStage struct {
 	e         *Engine
 	log       *slog.Logger
 	changelog string
+	group     string // consumer group id
+	txnID     string // transactional id
 	sess      *kgo.GroupTransactSession
 	restoreCl *kgo.Client
 	admin     *kadm.Client
 	live      []LivePublisher
+
+	inputTopicID [16]byte // for proveMembership, looked up on first use
 
 	accepted, rejectedRecords prometheus.Counter // resolved once: the per-batch path does no label lookups
 
@@ -75,6 +79,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
 	group := e.g.groupID(spec.Name)
 	txnID := group + "." + e.instance
+	s.group, s.txnID = group, txnID
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(e.brokers...), e.clientID(),
 		kgo.ConsumerGroup(group),
@@ -441,7 +446,9 @@ func (s *liveStage) publishActive() {
 // commit ends the open transaction: state changes and input offsets go to
 // the changelog, then everything commits atomically, then Pebble follows.
 func (s *liveStage) commit(ctx context.Context) error {
+	consumed := false
 	for p, ps := range s.parts {
+		consumed = consumed || ps.consumed
 		ps.proc.Changes(func(k, v []byte) {
 			key := append([]byte{'p'}, k...)
 			val := cloneOrNil(v)
@@ -465,6 +472,12 @@ func (s *liveStage) commit(ctx context.Context) error {
 	if prodErr != nil {
 		s.log.Warn("produce failed; aborting transaction", "err", prodErr)
 		try = kgo.TryAbort
+	}
+	if try == kgo.TryCommit && !consumed {
+		if err := s.proveMembership(endCtx); err != nil {
+			s.log.Warn("a transaction without input could not prove group membership; aborting it (a rebalance moved our partitions, or we were paused past the session timeout)", "err", err)
+			try = kgo.TryAbort
+		}
 	}
 	committed, err := s.sess.End(endCtx, try)
 	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
