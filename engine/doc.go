@@ -22,7 +22,9 @@
 //  2. produce each changed state entry to the changelog partition equal to the
 //     input partition, plus an entry holding the next input offset;
 //  3. commit the transaction, which also commits the consumed input offsets
-//     (KIP-447: a fenced or rebalanced member cannot commit);
+//     (KIP-447: a fenced or rebalanced member cannot commit). A transaction
+//     that consumed nothing (only candles idle advance closed) commits the
+//     unchanged offsets instead, so it gets the same generation check;
 //  4. only then write the same state entries, the changelog offset and the
 //     input offset to Pebble in one atomic batch.
 //
