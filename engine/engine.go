@@ -52,6 +52,7 @@ type Engine struct {
 	instance       string
 	clock          processors.Clock
 	brokers        []string
+	security       []kgo.Opt // TLS and SASL from the topology's kafka block; nil for the embedded broker
 	commitInterval time.Duration
 	txnTimeout     time.Duration
 	sessionTimeout time.Duration
@@ -139,6 +140,14 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 	if len(e.brokers) == 0 && !t.Brokers.Embedded() {
 		e.brokers = t.Brokers
 	}
+	if t.Kafka.Secured() {
+		if len(e.brokers) == 0 {
+			return nil, t.Kafka.Errorf(nil, "TLS and SASL need a broker that serves them, but brokers: embedded starts a plaintext one inside kandle; list the cluster's brokers (or pass -brokers), or try the settings with `kandle dev-broker --tls-cert ... --sasl-user ...`")
+		}
+		if e.security, err = kafka.ClientOpts(t.Kafka); err != nil {
+			return nil, err
+		}
+	}
 	for name, sk := range t.Sinks {
 		if _, ok := e.sinks[name]; !ok && e.runs(name) {
 			return nil, fmt.Errorf("sink %s (kind %s) has no connector attached", name, sk.Kind)
@@ -150,6 +159,28 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 // clientID names this instance's Kafka clients, so group descriptions show
 // which instance owns which partitions.
 func (e *Engine) clientID() kgo.Opt { return kgo.ClientID("kandle-" + e.instance) }
+
+// kafkaOpts returns the options of a client for the topology's brokers:
+// the seeds, TLS and SASL, then extra. Every kgo client the engine makes
+// starts from it, so none can miss the security settings.
+func (e *Engine) kafkaOpts(extra ...kgo.Opt) []kgo.Opt {
+	opts := make([]kgo.Opt, 0, 1+len(e.security)+len(extra))
+	opts = append(opts, kgo.SeedBrokers(e.brokers...))
+	opts = append(opts, e.security...)
+	return append(opts, extra...)
+}
+
+// newClient returns a client for brokers with the TLS and SASL settings of
+// t, then extra: for the commands that run outside an Engine (replay,
+// offsets), which get their brokers separately.
+func newClient(t *topology.Topology, brokers []string, extra ...kgo.Opt) (*kgo.Client, error) {
+	sec, err := kafka.ClientOpts(t.Kafka)
+	if err != nil {
+		return nil, err
+	}
+	opts := append(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, sec...), extra...)
+	return kgo.NewClient(opts...)
+}
 
 func (e *Engine) runs(name string) bool { return len(e.only) == 0 || e.only[name] }
 
@@ -252,15 +283,18 @@ func (e *Engine) Run(ctx context.Context) error {
 
 // ensureTopics creates every topic the topology uses that does not exist.
 func (e *Engine) ensureTopics(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	cl, err := kgo.NewClient(e.kafkaOpts()...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
+	if err := kafka.CheckAuth(ctx, cl, e.top.Kafka); err != nil {
+		return err
+	}
 	specs := e.topicSpecs()
 	warnings, err := kafka.EnsureTopics(ctx, cl, specs)
 	if err != nil {
-		return fmt.Errorf("create topics: %w", err)
+		return fmt.Errorf("create topics: %w", kafka.Explain(err, e.top.Kafka))
 	}
 	for _, w := range warnings {
 		e.log.Warn("topic", "warning", w)

@@ -42,9 +42,11 @@ dead_letter: {topic: e2e.dlq}
 var outputTopics = []string{"c.1m", "c.5m", "c.1h", "d.5m"}
 
 type fixture struct {
-	t     *testing.T
-	seeds []string
-	top   *topology.Topology
+	t      *testing.T
+	seeds  []string
+	top    *topology.Topology
+	opts   []kgo.Opt // what the test's own clients need: TLS and SASL of a secured broker
+	topics []string  // output topics live() reads; nil: outputTopics
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -81,7 +83,7 @@ func (f *fixture) produce(n int, seed uint64, start time.Time, span time.Duratio
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.seeds...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.seeds...)}, f.opts...)...)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -170,8 +172,12 @@ func (f *fixture) replay() map[string][]string {
 // live reads the committed candles of every output topic.
 func (f *fixture) live() map[string][]string {
 	out := map[string][]string{}
-	for _, topic := range outputTopics {
-		for _, r := range testkit.ReadTopic(f.t, f.seeds, topic) {
+	topics := f.topics
+	if topics == nil {
+		topics = outputTopics
+	}
+	for _, topic := range topics {
+		for _, r := range testkit.ReadTopic(f.t, f.seeds, topic, f.opts...) {
 			out[topic] = append(out[topic], string(r.Value))
 		}
 		sort.Strings(out[topic])

@@ -145,9 +145,9 @@ func (k *kinesisStage) tickLoop(ctx context.Context) {
 // Open restores the shard (or hands its parents' keys over) and says where to resume.
 func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
 	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.e.brokers...), k.e.clientID(),
+	cl, err := kgo.NewClient(k.e.kafkaOpts(k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
-		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))
+		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))...)
 	if err != nil {
 		return "", err
 	}
@@ -375,8 +375,8 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 		from = meta.ChangelogOffset
 	}
 	batch := k.e.store.NewBatch()
-	rc, err := kgo.NewClient(kgo.SeedBrokers(k.e.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {part: kgo.NewOffset().At(from)}}))
+	rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {part: kgo.NewOffset().At(from)}}))...)
 	if err != nil {
 		return nil, pr, false, err
 	}

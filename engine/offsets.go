@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -41,11 +42,14 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl, err := newClient(t, brokers, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		return nil, err
 	}
 	defer cl.Close()
+	if err := kafka.CheckAuth(ctx, cl, t.Kafka); err != nil {
+		return nil, err
+	}
 	adm := kadm.NewClient(cl)
 	var out []GroupOffsets
 	for _, s := range g.stages {
@@ -181,7 +185,7 @@ func PlanReset(ctx context.Context, t *topology.Topology, brokers []string, name
 	if err != nil {
 		return "", nil, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	cl, err := newClient(t, brokers)
 	if err != nil {
 		return "", nil, err
 	}
@@ -212,10 +216,10 @@ func PlanReset(ctx context.Context, t *topology.Topology, brokers []string, name
 	return "", nil, fmt.Errorf("no processor or sink named %q", name)
 }
 
-// ApplyReset commits plan for group. The group must have no members: stop
-// every instance first.
-func ApplyReset(ctx context.Context, brokers []string, group string, plan []OffsetReset) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// ApplyReset commits plan for group on brokers, connecting with t's TLS and
+// SASL settings. The group must have no members: stop every instance first.
+func ApplyReset(ctx context.Context, t *topology.Topology, brokers []string, group string, plan []OffsetReset) error {
+	cl, err := newClient(t, brokers)
 	if err != nil {
 		return err
 	}

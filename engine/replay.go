@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/topology"
 )
@@ -99,12 +100,15 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	if o.Started.IsZero() {
 		return Progress{}, fmt.Errorf("replay: Started must be set (the replay's fixed clock)")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	cl, err := newClient(t, brokers, kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(), kgo.WithLogger(kgoLogger(log)))
 	if err != nil {
 		return Progress{}, err
 	}
 	defer cl.Close()
+	if err := kafka.CheckAuth(ctx, cl, t.Kafka); err != nil {
+		return Progress{}, err
+	}
 	adm := kadm.NewClient(cl)
 
 	p := newPipeline(g, processors.FixedClock{T: o.Started})
@@ -345,13 +349,13 @@ type TopicOutput struct {
 	err error
 }
 
-// NewTopicOutput produces to brokers.
+// NewTopicOutput produces to brokers, with t's TLS and SASL settings.
 func NewTopicOutput(t *topology.Topology, brokers []string) (*TopicOutput, error) {
 	g, err := buildGraph(t)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(5*time.Millisecond))
+	cl, err := newClient(t, brokers, kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return nil, err
 	}

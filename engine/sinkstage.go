@@ -80,13 +80,13 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		s.trades, s.dec = ts, dec
 		topics = append(topics, src.Topic)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), e.clientID(), kgo.ConsumerGroup(e.g.groupID("sink."+name)),
+	cl, err := kgo.NewClient(e.kafkaOpts(e.clientID(), kgo.ConsumerGroup(e.g.groupID("sink."+name)),
 		kgo.ConsumeTopics(topics...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		// The same session as the processor stages: without it kgo's 45 s
 		// default would keep a crashed instance's sink partitions idle that long.
 		kgo.SessionTimeout(e.sessionTimeout),
-		kgo.WithLogger(kgoLogger(s.log)))
+		kgo.WithLogger(kgoLogger(s.log)))...)
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: kafka client: %w", name, err)
 	}

@@ -81,7 +81,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	txnID := group + "." + e.instance
 	s.group, s.txnID = group, txnID
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(e.brokers...), e.clientID(),
+		e.clientID(),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(spec.InputTopic),
 		kgo.TransactionalID(txnID),
@@ -111,12 +111,12 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 			s.evMu.Unlock()
 		}),
 	}
-	sess, err := kgo.NewGroupTransactSession(opts...)
+	sess, err := kgo.NewGroupTransactSession(e.kafkaOpts(opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: kafka client: %w", spec.Name, err)
 	}
-	rc, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(s.log)))
+	rc, err := kgo.NewClient(e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(s.log)))...)
 	if err != nil {
 		sess.Close()
 		return nil, fmt.Errorf("stage %s: kafka restore client: %w", spec.Name, err)

@@ -17,6 +17,7 @@ import (
 type Topology struct {
 	Name       string                `yaml:"name" required:"true" doc:"Name of the topology; prefixes consumer groups, transactional ids and changelog topics."`
 	Brokers    Brokers               `yaml:"brokers" default:"embedded" doc:"Kafka seed brokers (a list of host:port), or \"embedded\" to start an in-process dev broker inside kandle run."`
+	Kafka      KafkaClient           `yaml:"kafka" doc:"How kandle connects to the brokers: TLS and SASL for secured clusters (Confluent Cloud, MSK, Redpanda Cloud). Absent: plaintext without authentication."`
 	Group      string                `yaml:"group" doc:"Consumer group prefix. Default: kandle-<name>."`
 	DeadLetter Output                `yaml:"dead_letter" doc:"Topic that receives rejected records with their reason, partition and offset."`
 	Metrics    string                `yaml:"metrics" default:"127.0.0.1:9464" doc:"Address of the Prometheus /metrics endpoint; empty disables it."`
@@ -40,6 +41,35 @@ type Brokers []string
 
 // Embedded reports whether the topology asks for the in-process dev broker.
 func (b Brokers) Embedded() bool { return len(b) == 0 || (len(b) == 1 && b[0] == "embedded") }
+
+// KafkaClient says how every Kafka client kandle creates reaches the
+// brokers. The zero value is plaintext without authentication (local
+// brokers, the dev broker). See connectors/kafka.ClientOpts.
+type KafkaClient struct {
+	TLS  KafkaTLS  `yaml:"tls" doc:"Encrypt connections with TLS (listeners with security.protocol SSL or SASL_SSL)."`
+	SASL KafkaSASL `yaml:"sasl" doc:"Authenticate with SASL (listeners with security.protocol SASL_SSL or SASL_PLAINTEXT)."`
+
+	file string     // the topology file, for positioned startup errors
+	node *yaml.Node // the kafka mapping; nil when absent
+}
+
+// KafkaTLS configures TLS to the brokers.
+type KafkaTLS struct {
+	Enabled            bool   `yaml:"enabled" default:"false" doc:"Connect with TLS. Broker certificates are verified against the system roots plus ca_file."`
+	CAFile             string `yaml:"ca_file" doc:"PEM file of CA certificates to trust besides the system roots (a private CA, a self-signed broker). Relative paths start at the working directory."`
+	CertFile           string `yaml:"cert_file" doc:"PEM client certificate for mutual TLS; needs key_file."`
+	KeyFile            string `yaml:"key_file" doc:"PEM private key of cert_file; needs cert_file."`
+	ServerName         string `yaml:"server_name" doc:"Name the broker certificates must carry. Default: the host of each broker address (set it when connecting by IP or through a tunnel)."`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" default:"false" doc:"Accept any broker certificate. Tests only: anyone on the network path can then read and change the traffic, passwords included."`
+}
+
+// KafkaSASL configures SASL authentication. The password is never in the
+// file: PasswordEnv names the environment variable that holds it.
+type KafkaSASL struct {
+	Mechanism   string `yaml:"mechanism" enum:"plain|scram-sha-256|scram-sha-512|aws-msk-iam" doc:"SASL mechanism. plain sends the password itself, so pair it with tls. aws-msk-iam signs with the AWS default credential chain (AWS_* variables, AWS_PROFILE, web identity, ECS or EC2 role) and needs tls. Absent: no SASL."`
+	Username    string `yaml:"username" doc:"User name (plain, scram-*); the API key on Confluent Cloud."`
+	PasswordEnv string `yaml:"password_env" doc:"Name of the environment variable holding the password (plain, scram-*), e.g. KAFKA_PASSWORD; the API secret on Confluent Cloud. kandle stops at startup when it is unset or empty."`
+}
 
 // Source is an input stream of JSON records.
 type Source struct {

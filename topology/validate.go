@@ -53,6 +53,7 @@ func (t *Topology) validate(ps Problems) Problems {
 	}
 	c.name()
 	c.brokers()
+	c.kafka()
 	c.sources()
 	c.processors()
 	c.rollups()

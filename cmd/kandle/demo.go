@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/gen"
 	"github.com/kandle/kandle/topology"
@@ -66,13 +67,19 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintf(e.stdout, "kandle demo: topology %q on the embedded broker %s; trades go to %q. Ctrl-C stops.\n\n",
 		t.Name, seeds[0], src.Topic)
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	// A topology that lists brokers runs the demo on them: connect the way
+	// the engine does (the embedded broker needs nothing).
+	sec, err := kafka.ClientOpts(t.Kafka)
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...)}, sec...)...)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	wg.Add(2)
-	go func() { defer wg.Done(); printCandles(ctx, e, t, seeds, splitList(*show)) }()
+	go func() { defer wg.Done(); printCandles(ctx, e, t, seeds, sec, splitList(*show)) }()
 	go func() {
 		defer wg.Done()
 		now := time.Now()
@@ -116,7 +123,7 @@ func waitBrokers(ctx context.Context, eng *engine.Engine) ([]string, error) {
 
 // printCandles tails the output topics of the shown timeframes (read
 // committed, as any downstream reader would) and prints one row per candle.
-func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []string, show []string) {
+func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []string, sec []kgo.Opt, show []string) {
 	var topics []string
 	want := map[string]bool{}
 	for _, tf := range show {
@@ -128,8 +135,8 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 			topics = append(topics, p.Output.Topic)
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topics...),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topics...),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, sec...)...)
 	if err != nil {
 		e.log.Error("candle reader", "err", err)
 		return

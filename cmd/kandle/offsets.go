@@ -56,7 +56,7 @@ func cmdOffsets(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintln(e.stdout, "dry run: nothing changed (add --execute to apply)")
 			return nil
 		}
-		if err := engine.ApplyReset(ctx, seeds, group, plan); err != nil {
+		if err := engine.ApplyReset(ctx, t, seeds, group, plan); err != nil {
 			return err
 		}
 		fmt.Fprintln(e.stdout, "offsets reset")

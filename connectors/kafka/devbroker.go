@@ -1,15 +1,21 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // DevBroker is an in-process Kafka broker (franz-go's kfake) for local runs,
@@ -17,17 +23,22 @@ import (
 // and any other Kafka client can use it; topics are created on first use,
 // and transactions and consumer groups work as on a real cluster.
 type DevBroker struct {
-	c   *kfake.Cluster
-	log *slog.Logger
+	c    *kfake.Cluster
+	log  *slog.Logger
+	self []kgo.Opt // what the broker's own client needs to reach it (TLS)
 }
 
 type devBrokerConfig struct {
-	listen     string
-	partitions int
-	seeds      []seedTopics
-	dataDir    string
-	log        *slog.Logger
+	listen          string
+	partitions      int
+	seeds           []seedTopics
+	dataDir         string
+	log             *slog.Logger
+	tlsCert, tlsKey string
+	saslUsers       []saslUser
 }
+
+type saslUser struct{ name, password string }
 
 type seedTopics struct {
 	partitions int32
@@ -70,6 +81,21 @@ func WithLogger(l *slog.Logger) DevBrokerOption {
 	return func(c *devBrokerConfig) { c.log = l }
 }
 
+// WithTLSCert makes the broker accept only TLS connections, serving the PEM
+// certificate certFile with its private key keyFile. Clients must trust the
+// certificate's CA and, unless they set a server name, find the address they
+// dial (e.g. 127.0.0.1) among its names.
+func WithTLSCert(certFile, keyFile string) DevBrokerOption {
+	return func(c *devBrokerConfig) { c.tlsCert, c.tlsKey = certFile, keyFile }
+}
+
+// WithSASLUser turns on SASL authentication and adds a user that may log in
+// with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Repeat it for more users. Once
+// SASL is on, a client that does not authenticate can do nothing.
+func WithSASLUser(name, password string) DevBrokerOption {
+	return func(c *devBrokerConfig) { c.saslUsers = append(c.saslUsers, saslUser{name, password}) }
+}
+
 // StartDevBroker starts a single-node broker and returns once it accepts
 // connections. Close stops it.
 func StartDevBroker(opts ...DevBrokerOption) (*DevBroker, error) {
@@ -102,6 +128,11 @@ func StartDevBroker(opts ...DevBrokerOption) (*DevBroker, error) {
 	if cfg.dataDir != "" {
 		kopts = append(kopts, kfake.DataDir(cfg.dataDir))
 	}
+	sec, self, err := cfg.security()
+	if err != nil {
+		return nil, err
+	}
+	kopts = append(kopts, sec...)
 	c, err := kfake.NewCluster(kopts...)
 	if err != nil {
 		if cfg.dataDir != "" {
@@ -109,7 +140,7 @@ func StartDevBroker(opts ...DevBrokerOption) (*DevBroker, error) {
 		}
 		return nil, fmt.Errorf("kafka: start dev broker on %s (is the port in use? use port 0 for a free one): %w", cfg.listen, err)
 	}
-	b := &DevBroker{c: c, log: cfg.log}
+	b := &DevBroker{c: c, log: cfg.log, self: self}
 	// kfake seeds topics only into a fresh cluster; after a restart from a
 	// data dir, create the seeds that are still missing.
 	if cfg.dataDir != "" && len(cfg.seeds) > 0 {
@@ -118,11 +149,58 @@ func StartDevBroker(opts ...DevBrokerOption) (*DevBroker, error) {
 			return nil, err
 		}
 	}
+	if len(cfg.saslUsers) > 0 {
+		if err := b.advertiseSASLHandshakeV0(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
+// advertiseSASLHandshakeV0 makes the broker list SaslHandshake from v0 in
+// its ApiVersions answers. kfake lists v1 only, the version it implements
+// and every current client sends; but librdkafka (kcat, confluent-kafka-*)
+// refuses to start SASL unless v0 is listed too, and then sends v1 anyway.
+// The answer is kfake's own, fetched once, with that one range widened.
+func (b *DevBroker) advertiseSASLHandshakeV0() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, b.self...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: dev broker self client: %w", err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "kandle-dev-broker", "1"
+	own, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(own.ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: dev broker: read its own API versions: %w", err)
+	}
+	keys := slices.Clone(own.ApiKeys)
+	for i := range keys {
+		if keys[i].ApiKey == int16(kmsg.SASLHandshake) {
+			keys[i].MinVersion = 0
+		}
+	}
+	b.c.ControlKey(int16(kmsg.ApiVersions), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		b.c.KeepControl()
+		in := r.(*kmsg.ApiVersionsRequest)
+		if in.Version > own.Version || in.Version >= 5 {
+			return nil, nil, false // kfake's version downgrade and KIP-1242 checks
+		}
+		out := *own
+		out.Version, out.ApiKeys = in.Version, keys
+		return &out, nil, true
+	})
+	return nil
+}
+
 func (b *DevBroker) createSeeds(seeds []seedTopics) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs()...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, b.self...)...)
 	if err != nil {
 		return fmt.Errorf("kafka: dev broker seed client: %w", err)
 	}
@@ -143,6 +221,51 @@ func (b *DevBroker) createSeeds(seeds []seedTopics) error {
 		b.log.Warn("dev broker: seed topic differs from the persisted one", "warning", w.String())
 	}
 	return nil
+}
+
+// security returns the kfake options for TLS and SASL, and the kgo options
+// the broker's own seeding client needs to connect to itself.
+func (cfg *devBrokerConfig) security() (kopts []kfake.Opt, self []kgo.Opt, err error) {
+	if cfg.tlsCert != "" || cfg.tlsKey != "" {
+		if cfg.tlsCert == "" || cfg.tlsKey == "" {
+			return nil, nil, fmt.Errorf("kafka: dev broker TLS needs both a certificate and its key (got cert %q, key %q)", cfg.tlsCert, cfg.tlsKey)
+		}
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("kafka: dev broker TLS certificate %s with key %s (both must be PEM, and the key must belong to the certificate): %w", cfg.tlsCert, cfg.tlsKey, err)
+		}
+		kopts = append(kopts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+		// The broker dials itself: trust exactly the certificate it serves
+		// instead of a CA chain it was never given.
+		served := cert.Certificate[0]
+		self = append(self, kgo.DialTLSConfig(&tls.Config{
+			InsecureSkipVerify: true, //nolint:gosec // replaced by the pinning check below
+			MinVersion:         tls.VersionTLS12,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, served) {
+					return errors.New("kafka: dev broker: the peer is not this broker (its certificate differs)")
+				}
+				return nil
+			},
+		}))
+	}
+	if len(cfg.saslUsers) > 0 {
+		if cfg.dataDir != "" {
+			// kfake reloads the users it persisted over the configured ones,
+			// so a changed user list would silently not apply.
+			return nil, nil, errors.New("kafka: dev broker SASL users cannot be combined with a data dir (the broker would reload the users of an earlier run instead); drop the data dir, or SASL")
+		}
+		kopts = append(kopts, kfake.EnableSASL())
+		for _, u := range cfg.saslUsers {
+			if u.name == "" || u.password == "" {
+				return nil, nil, fmt.Errorf("kafka: dev broker SASL user %q needs a name and a password", u.name)
+			}
+			for _, m := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"} {
+				kopts = append(kopts, kfake.Superuser(m, u.name, u.password))
+			}
+		}
+	}
+	return kopts, self, nil
 }
 
 // loopbackPort validates a listen address and returns its port.

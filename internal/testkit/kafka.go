@@ -11,12 +11,13 @@ import (
 
 // ReadTopic returns every committed record of topic (read_committed, as a
 // downstream reader sees it), reading up to the end offsets at call time.
-func ReadTopic(t testing.TB, seeds []string, topic string) []*kgo.Record {
+// opts add to the client's options (TLS and SASL for a secured broker).
+func ReadTopic(t testing.TB, seeds []string, topic string, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords())
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords()}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
