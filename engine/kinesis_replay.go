@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/topology"
@@ -32,9 +33,18 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 	case BoundOffset:
 		return 0, fmt.Errorf("replay: Kinesis sources take --from earliest or a time, not an offset")
 	}
-	if o.To.Kind != BoundEdge {
-		return 0, fmt.Errorf("replay: Kinesis sources replay up to the stream's tip as of the start; --to must be end")
+	// --to TIME cuts each shard at its first record that arrived at or after
+	// TIME (exclusive, like the Kafka bound). Arrival times only grow along a
+	// shard, and a child's records arrive after its parents', so the cut is a
+	// prefix of every shard.
+	var until time.Time
+	switch o.To.Kind {
+	case BoundTime:
+		until = o.To.Time
+	case BoundOffset:
+		return 0, fmt.Errorf("replay: Kinesis sources take --to end or a time, not an offset (sequence numbers differ per shard)")
 	}
+	cut := map[string]bool{}
 	ranges := newShardRanges(kin, kc.Stream)
 	// state mirrors each (stage, shard) processor's entries, for handoffs.
 	type stageShard struct {
@@ -70,6 +80,10 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 			}
 		}
 		for _, r := range b.Records {
+			if cut[s.ID] || !until.IsZero() && !r.Arrival.Before(until) {
+				cut[s.ID] = true
+				break
+			}
 			if err := p.Feed(srcName, part, ordinal[s.ID], r.Data); err != nil {
 				return err
 			}

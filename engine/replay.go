@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -100,16 +101,20 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	if o.Started.IsZero() {
 		return Progress{}, fmt.Errorf("replay: Started must be set (the replay's fixed clock)")
 	}
-	cl, err := newClient(t, brokers, kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.KeepControlRecords(), kgo.WithLogger(kgoLogger(log)))
-	if err != nil {
-		return Progress{}, err
+	var cl *kgo.Client // only when a source is a Kafka topic: a Kinesis-only replay to a file needs no broker
+	var adm *kadm.Client
+	if slices.ContainsFunc(sortedSources(t), func(name string) bool { return t.Sources[name].Kind != "kinesis" }) {
+		cl, err = newClient(t, brokers, kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.KeepControlRecords(), kgo.WithLogger(kgoLogger(log)))
+		if err != nil {
+			return Progress{}, err
+		}
+		defer cl.Close()
+		if err := kafka.CheckAuth(ctx, cl, t.Kafka); err != nil {
+			return Progress{}, err
+		}
+		adm = kadm.NewClient(cl)
 	}
-	defer cl.Close()
-	if err := kafka.CheckAuth(ctx, cl, t.Kafka); err != nil {
-		return Progress{}, err
-	}
-	adm := kadm.NewClient(cl)
 
 	p := newPipeline(g, processors.FixedClock{T: o.Started})
 	emitFrom := int64(-1 << 62)

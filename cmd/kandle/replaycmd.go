@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/topology"
 )
 
 func cmdReplay(ctx context.Context, e *env, args []string) error {
@@ -20,8 +23,8 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 			"warm-up before it so every key knows its previous close; candles opening before --from are not written.")
 	top := topologyFlag(fs)
 	brokers := brokersFlag(fs)
-	from := fs.String("from", "earliest", "start: earliest, an offset (on every partition), or an RFC 3339 time")
-	to := fs.String("to", "end", "end (exclusive): end (the end offsets seen at start), an offset, or an RFC 3339 time")
+	from := fs.String("from", "earliest", "start: earliest, an offset (on every partition), or an RFC 3339 time (Kinesis: earliest or a time, by arrival)")
+	to := fs.String("to", "end", "end (exclusive): end (the end offsets seen at start), an offset, or an RFC 3339 time (Kinesis: end or a time; each shard stops at its first record that arrived at or after it)")
 	parts := fs.String("partitions", "", "comma-separated source partitions to replay (default all)")
 	out := fs.String("out", "topics", "where results go: topics (the topology's output and dead-letter topics), a file path, or - for stdout (JSON lines)")
 	warmup := fs.Duration("warmup", 0, "history read before a mid-stream --from (default: the longest window of the topology plus its lateness)")
@@ -32,9 +35,12 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return reportTopology(e, err)
 	}
-	seeds, err := standaloneBrokers(t, *brokers)
-	if err != nil {
-		return err
+	var seeds []string
+	kinesisOnly := !slices.ContainsFunc(slices.Collect(maps.Values(t.Sources)), func(s *topology.Source) bool { return s.Kind != "kinesis" })
+	if *out == "topics" || !kinesisOnly { // a Kinesis-only replay to a file needs no broker
+		if seeds, err = standaloneBrokers(t, *brokers); err != nil {
+			return err
+		}
 	}
 	o := engine.ReplayOptions{Started: time.Now(), Warmup: *warmup, Logger: e.log}
 	if o.From, err = engine.ParseBound(*from); err != nil {
