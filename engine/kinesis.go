@@ -88,7 +88,7 @@ func (k *kinesisStage) run(ctx context.Context) error {
 	k.ranges = newShardRanges(kin, kc.Stream)
 	cons, err := kinesis.NewConsumer(kin, ddb, kinesis.ConsumerConfig{
 		Stream: kc.Stream, LeaseTable: kc.LeaseTable, Owner: k.e.instance + "-" + strconv.FormatUint(rand.Uint64()%1e6, 10),
-		LeaseDuration: kc.LeaseTTL, PollInterval: kc.Poll,
+		LeaseDuration: kc.LeaseTTL, PollInterval: kc.Poll, EnhancedFanOut: kc.EnhancedFanOut,
 	}, k, kinesis.WithLogger(k.log))
 	if err != nil {
 		return fmt.Errorf("stage %s: kinesis consumer: %w", k.spec.Name, err)

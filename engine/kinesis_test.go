@@ -36,7 +36,7 @@ sources:
   ticks:
     kind: kinesis
     partitions: 2
-    kinesis: {stream: ticks, endpoint: %s, dynamodb_endpoint: %s, lease_duration: 2s, poll_interval: 50ms}
+    kinesis: {stream: ticks, endpoint: %s, dynamodb_endpoint: %s, lease_duration: 2s, poll_interval: 50ms%s}
 processors:
   c1m: {kind: candles, from: ticks, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: k.1m, partitions: 2}}
   c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: k.5m, partitions: 1}}
@@ -45,8 +45,17 @@ dead_letter: {topic: kin.dlq}
 
 // Two instances share a 4-shard stream through DynamoDB leases; one (its own
 // process) is SIGKILLed mid-stream and its shards move; a shard is split
-// mid-stream. The candles equal one uninterrupted replay of the stream.
+// mid-stream. The candles equal one uninterrupted replay of the stream,
+// whether the instances poll the shards or read them with enhanced fan-out
+// (replay always polls).
 func TestKinesisSharedKilledAndResharded(t *testing.T) {
+	t.Run("Polling", func(t *testing.T) { testKinesisSharedKilledAndResharded(t, "") })
+	t.Run("FanOut", func(t *testing.T) { testKinesisSharedKilledAndResharded(t, ", enhanced_fan_out: kandle-kin") })
+}
+
+// testKinesisSharedKilledAndResharded runs the scenario with extra settings
+// appended to the source's kinesis mapping.
+func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	t.Setenv("AWS_REGION", "us-east-1")
@@ -58,7 +67,7 @@ func TestKinesisSharedKilledAndResharded(t *testing.T) {
 	}
 	defer b.Close()
 	path := filepath.Join(t.TempDir(), "kin.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTopology, b.Addrs()[0], kin.URL(), ddb.URL()), 0o644); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTopology, b.Addrs()[0], kin.URL(), ddb.URL(), kinesisExtra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	top, err := topology.Load(path, topology.Registry{})

@@ -36,7 +36,8 @@ type Handler interface {
 	// position than the lease checkpoint (it keeps its own state); "" means
 	// use the lease checkpoint.
 	Open(ctx context.Context, s Shard) (resumeAfter string, err error)
-	// Records delivers one non-empty GetRecords batch, in order.
+	// Records delivers one non-empty batch (a GetRecords response, or a
+	// SubscribeToShard event with enhanced fan-out), in order.
 	Records(ctx context.Context, s Shard, b Batch) error
 	// End is called when the shard is closed and fully read (SHARD_END);
 	// children are listed. After End returns nil the consumer checkpoints
@@ -62,7 +63,7 @@ type Record struct {
 	Arrival      time.Time
 }
 
-// Batch is the content of one GetRecords response.
+// Batch is the content of one GetRecords response or SubscribeToShard event.
 type Batch struct {
 	Records            []Record
 	MillisBehindLatest int64
@@ -73,6 +74,15 @@ type KinesisAPI interface {
 	ListShards(ctx context.Context, in *kinesis.ListShardsInput, opts ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error)
 	GetShardIterator(ctx context.Context, in *kinesis.GetShardIteratorInput, opts ...func(*kinesis.Options)) (*kinesis.GetShardIteratorOutput, error)
 	GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, opts ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error)
+}
+
+// FanOutAPI is the part of *kinesis.Client that enhanced fan-out adds to
+// KinesisAPI (ConsumerConfig.EnhancedFanOut).
+type FanOutAPI interface {
+	DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, opts ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error)
+	DescribeStreamConsumer(ctx context.Context, in *kinesis.DescribeStreamConsumerInput, opts ...func(*kinesis.Options)) (*kinesis.DescribeStreamConsumerOutput, error)
+	RegisterStreamConsumer(ctx context.Context, in *kinesis.RegisterStreamConsumerInput, opts ...func(*kinesis.Options)) (*kinesis.RegisterStreamConsumerOutput, error)
+	SubscribeToShard(ctx context.Context, in *kinesis.SubscribeToShardInput, opts ...func(*kinesis.Options)) (*kinesis.SubscribeToShardOutput, error)
 }
 
 // PutRecordsAPI is the part of *kinesis.Client the Sink uses.

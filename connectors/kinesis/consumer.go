@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,11 @@ type ConsumerConfig struct {
 	InitialPosition string
 	// MaxRecords per GetRecords call (1..10000). Default 1000.
 	MaxRecords int32
+	// EnhancedFanOut, when set, names a stream consumer to register (once,
+	// shared by every instance using the name) and read the shards through
+	// with SubscribeToShard instead of polling GetRecords. PollInterval and
+	// MaxRecords then do not apply. Empty: polling.
+	EnhancedFanOut string
 }
 
 func (c *ConsumerConfig) setDefaults() error {
@@ -73,7 +79,14 @@ func (c *ConsumerConfig) setDefaults() error {
 	if c.MaxRecords > 10000 {
 		return fmt.Errorf("kinesis: MaxRecords %d is above the GetRecords limit of 10000", c.MaxRecords)
 	}
+	if n := c.EnhancedFanOut; n != "" && (len(n) > 128 || strings.IndexFunc(n, notConsumerNameRune) >= 0) {
+		return fmt.Errorf("kinesis: EnhancedFanOut consumer name %q: use 1 to 128 letters, digits, '_', '.' or '-'", n)
+	}
 	return nil
+}
+
+func notConsumerNameRune(r rune) bool {
+	return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-')
 }
 
 // Consumer reads a stream as one member of a group of instances sharing a
@@ -81,6 +94,8 @@ func (c *ConsumerConfig) setDefaults() error {
 type Consumer struct {
 	cfg   ConsumerConfig
 	kin   KinesisAPI
+	fo    FanOutAPI // nil when polling
+	arn   string    // the stream consumer's ARN, set by Run before any shard is read (fan-out)
 	table *leaseTable
 	h     Handler
 	log   *slog.Logger
@@ -94,7 +109,11 @@ type Consumer struct {
 	obs     map[string]observation // taker goroutine only
 	syncNow chan struct{}
 
-	abandon bool // tests: exit like a crash (no release, no Lost)
+	closedMu sync.Mutex
+	closed   map[string]bool // shards the last listing showed closed (fan-out's SHARD_END check)
+
+	abandon   bool // tests: exit like a crash (no release, no Lost)
+	maxEvents int  // tests: fan-out subscriptions end after this many events
 }
 
 // observation is when this instance first saw a lease at its current counter.
@@ -118,17 +137,25 @@ func NewConsumer(kin KinesisAPI, ddb DynamoAPI, cfg ConsumerConfig, h Handler, o
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	var fo FanOutAPI
+	if cfg.EnhancedFanOut != "" {
+		var ok bool
+		if fo, ok = kin.(FanOutAPI); !ok {
+			return nil, fmt.Errorf("kinesis: EnhancedFanOut needs a client with SubscribeToShard (a *kinesis.Client), got %T", kin)
+		}
+	}
 	o := buildOptions(opts)
 	m, err := newConsumerMetrics(o.reg, cfg.Stream)
 	if err != nil {
 		return nil, err
 	}
 	return &Consumer{
-		cfg: cfg, kin: kin, h: h, log: o.log.With("stream", cfg.Stream, "owner", cfg.Owner), clock: o.clock, m: m,
+		cfg: cfg, kin: kin, fo: fo, h: h, log: o.log.With("stream", cfg.Stream, "owner", cfg.Owner), clock: o.clock, m: m,
 		table:   &leaseTable{db: ddb, name: cfg.LeaseTable, duration: cfg.LeaseDuration, clock: o.clock},
 		held:    map[string]*worker{},
 		obs:     map[string]observation{},
 		syncNow: make(chan struct{}, 1),
+		closed:  map[string]bool{},
 	}, nil
 }
 
@@ -146,13 +173,21 @@ func (c *Consumer) Held() []string {
 	return ids
 }
 
-// Run creates the lease table if needed, then syncs shards, takes, renews
-// and balances leases and reads the owned shards until ctx ends. On the way
-// out every shard gets Lost and its lease is released so others take it at
-// once. Run returns nil after a cancel, or the error that stopped it.
+// Run creates the lease table (and, with EnhancedFanOut, the stream
+// consumer) if needed, then syncs shards, takes, renews and balances leases
+// and reads the owned shards until ctx ends. On the way out every shard gets
+// Lost and its lease is released so others take it at once. Run returns nil
+// after a cancel, or the error that stopped it.
 func (c *Consumer) Run(ctx context.Context) error {
 	if err := c.table.ensure(ctx, 50*time.Millisecond); err != nil {
 		return err
+	}
+	if c.fo != nil {
+		arn, err := ensureStreamConsumer(ctx, c.fo, c.cfg.Stream, c.cfg.EnhancedFanOut, c.log)
+		if err != nil {
+			return err
+		}
+		c.arn = arn
 	}
 	if err := c.syncShards(ctx); err != nil {
 		return err
@@ -254,9 +289,16 @@ func (c *Consumer) syncShards(ctx context.Context) error {
 		have[it.ShardID] = true
 	}
 	listed := make(map[string]bool, len(shards))
+	closed := map[string]bool{}
 	for _, s := range shards {
 		listed[aws.ToString(s.ShardId)] = true
+		if s.SequenceNumberRange != nil && s.SequenceNumberRange.EndingSequenceNumber != nil {
+			closed[aws.ToString(s.ShardId)] = true
+		}
 	}
+	c.closedMu.Lock()
+	c.closed = closed
+	c.closedMu.Unlock()
 	for _, s := range shards {
 		id := aws.ToString(s.ShardId)
 		if have[id] {
@@ -278,4 +320,11 @@ func (c *Consumer) syncShards(ctx context.Context) error {
 		have[id] = true
 	}
 	return nil
+}
+
+// isClosed reports whether the last shard listing showed shard closed.
+func (c *Consumer) isClosed(shard string) bool {
+	c.closedMu.Lock()
+	defer c.closedMu.Unlock()
+	return c.closed[shard]
 }

@@ -19,8 +19,10 @@
 // counter has not changed for a lease duration as measured by the observer's
 // own clock, so no machine ever trusts another machine's clock.
 //
-// Enhanced fan-out (SubscribeToShard) is not implemented: polling GetRecords
-// is what kinesis-mock and kinesalite support with the Go SDK.
+// A Consumer polls GetRecords by default. With ConsumerConfig.EnhancedFanOut
+// it registers a stream consumer and reads each leased shard with
+// SubscribeToShard (enhanced fan-out) instead, handing the Handler the same
+// batches, positions and shard ends. ReadRange always polls.
 //
 // The package never imports processors or engine; it speaks candle and
 // plain records only.

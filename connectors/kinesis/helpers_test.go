@@ -30,10 +30,19 @@ type env struct {
 	ddb    *dynamodb.Client
 	stream string
 	table  string
+	// efo is the stream consumer name consumers read through (enhanced
+	// fan-out); empty: polling.
+	efo string
+	// maxEvents ends every fan-out subscription after this many events, so
+	// tests renew subscriptions from their continuation as AWS makes
+	// readers do every 5 minutes.
+	maxEvents int
 }
 
-// streams pre-created in kinesis-mock, one per subtest.
-const streams = "share:4,crash:4,split:1,range:3,sink:2,flaky:2,resume:1"
+// streams pre-created in kinesis-mock, one per subtest; fan-out runs of the
+// consumer tests use the efo- copies.
+const streams = "share:4,crash:4,split:1,range:3,sink:2,flaky:2,resume:1,once:4," +
+	"efo-share:4,efo-crash:4,efo-split:1,efo-resume:1,efo-once:4,efo-flaky:2"
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
@@ -234,12 +243,13 @@ func (e *env) startConsumer(t *testing.T, owner string, h *recorder) *consumerRu
 func (e *env) startConsumerH(t *testing.T, owner string, h Handler) *consumerRun {
 	t.Helper()
 	c, err := NewConsumer(e.kin, e.ddb, ConsumerConfig{
-		Stream: e.stream, LeaseTable: e.table, Owner: owner,
+		Stream: e.stream, LeaseTable: e.table, Owner: owner, EnhancedFanOut: e.efo,
 		LeaseDuration: time.Second, ShardSyncInterval: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 	}, h, WithLogger(quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	c.maxEvents = e.maxEvents
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &consumerRun{c: c, stop: cancel, done: make(chan error, 1)}
 	go func() { r.done <- c.Run(ctx) }()

@@ -13,6 +13,7 @@ type consumerMetrics struct {
 	lost      prometheus.Counter
 	records   prometheus.Counter
 	throttled prometheus.Counter
+	subscribe prometheus.Counter
 	behind    *prometheus.GaugeVec
 }
 
@@ -25,10 +26,11 @@ func newConsumerMetrics(reg prometheus.Registerer, stream string) (*consumerMetr
 		lost:      prometheus.NewCounter(prometheus.CounterOpts{Name: "kandle_kinesis_leases_lost_total", Help: "Leases lost to another owner or expiry.", ConstLabels: cl}),
 		records:   prometheus.NewCounter(prometheus.CounterOpts{Name: "kandle_kinesis_records_total", Help: "Records delivered to the handler.", ConstLabels: cl}),
 		throttled: prometheus.NewCounter(prometheus.CounterOpts{Name: "kandle_kinesis_throttled_total", Help: "Kinesis calls throttled (backed off).", ConstLabels: cl}),
+		subscribe: prometheus.NewCounter(prometheus.CounterOpts{Name: "kandle_kinesis_subscriptions_total", Help: "SubscribeToShard subscriptions opened (enhanced fan-out; AWS ends each after 5 minutes).", ConstLabels: cl}),
 		behind:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_kinesis_millis_behind_latest", Help: "MillisBehindLatest of the last batch per shard.", ConstLabels: cl}, []string{"shard"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.held, m.taken, m.stolen, m.lost, m.records, m.throttled, m.behind} {
+		for _, c := range []prometheus.Collector{m.held, m.taken, m.stolen, m.lost, m.records, m.throttled, m.subscribe, m.behind} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("kinesis: register metrics (one registry per consumer of a stream): %w", err)
 			}

@@ -105,13 +105,7 @@ func (r *shardReader) read(ctx context.Context, start startPos, deliver func(Bat
 			continue
 		}
 		failures = 0
-		b := Batch{MillisBehindLatest: aws.ToInt64(out.MillisBehindLatest), Records: make([]Record, len(out.Records))}
-		for i, rec := range out.Records {
-			b.Records[i] = Record{
-				Seq: aws.ToString(rec.SequenceNumber), PartitionKey: aws.ToString(rec.PartitionKey),
-				Data: rec.Data, Arrival: aws.ToTime(rec.ApproximateArrivalTimestamp),
-			}
-		}
+		b := Batch{MillisBehindLatest: aws.ToInt64(out.MillisBehindLatest), Records: toRecords(out.Records)}
 		if len(b.Records) > 0 {
 			if r.onBatch != nil {
 				r.onBatch(b)
@@ -139,6 +133,18 @@ func (r *shardReader) read(ctx context.Context, start startPos, deliver func(Bat
 			return readResult{}, err
 		}
 	}
+}
+
+// toRecords converts the SDK's records.
+func toRecords(rs []types.Record) []Record {
+	out := make([]Record, len(rs))
+	for i, rec := range rs {
+		out[i] = Record{
+			Seq: aws.ToString(rec.SequenceNumber), PartitionKey: aws.ToString(rec.PartitionKey),
+			Data: rec.Data, Arrival: aws.ToTime(rec.ApproximateArrivalTimestamp),
+		}
+	}
+	return out
 }
 
 // iterator gets a shard iterator for p, retrying throttling.

@@ -53,15 +53,22 @@ func (c *Consumer) readOwned(ctx context.Context, w *worker) (readResult, error)
 	if resume == ShardEnd {
 		return readResult{ended: true}, nil
 	}
-	r := &shardReader{
-		kin: c.kin, stream: c.cfg.Stream, shard: s.ID, poll: c.cfg.PollInterval, limit: c.cfg.MaxRecords,
-		log: c.log, onThrottle: c.m.throttled.Inc,
-		onBatch: func(b Batch) {
-			c.m.records.Add(float64(len(b.Records)))
-			c.m.behind.WithLabelValues(s.ID).Set(float64(b.MillisBehindLatest))
-		},
+	onBatch := func(b Batch) {
+		c.m.records.Add(float64(len(b.Records)))
+		c.m.behind.WithLabelValues(s.ID).Set(float64(b.MillisBehindLatest))
 	}
-	return r.read(ctx, afterCheckpoint(resume), func(b Batch) error {
+	read := (&shardReader{
+		kin: c.kin, stream: c.cfg.Stream, shard: s.ID, poll: c.cfg.PollInterval, limit: c.cfg.MaxRecords,
+		log: c.log, onThrottle: c.m.throttled.Inc, onBatch: onBatch,
+	}).read
+	if c.fo != nil {
+		read = (&fanOutReader{
+			api: c.fo, kin: c.kin, consumer: c.arn, stream: c.cfg.Stream, shard: s.ID, log: c.log,
+			closed: func() bool { return c.isClosed(s.ID) }, onThrottle: c.m.throttled.Inc,
+			onSubscribe: c.m.subscribe.Inc, onBatch: onBatch, maxEvents: c.maxEvents,
+		}).read
+	}
+	return read(ctx, afterCheckpoint(resume), func(b Batch) error {
 		if w.lease.isLost() {
 			return fmt.Errorf("shard %s: %w", s.ID, ErrLeaseLost)
 		}
