@@ -184,6 +184,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	if len(want["k.1m"]) < 10*80 {
 		t.Fatalf("only %d 1m candles", len(want["k.1m"]))
 	}
+	checkKinesisOffsets(t, top, b.Addrs(), *sh.ShardId)
 	// An oracle that shares no resharding code: every record in put order
 	// through one partition. No trade is late (disorder < lateness), so up to
 	// the point every shard's watermark has passed, the candles are the same.
@@ -214,6 +215,39 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	}
 	if diff := diffTopics(topics, oracle, before); diff != "" || len(oracle["k.5m"]) < 10*15 {
 		t.Fatalf("Kinesis candles differ from a single-partition run of the same records (%d 5m candles):\n%s", len(oracle["k.5m"]), diff)
+	}
+}
+
+// checkKinesisOffsets checks what `kandle offsets` reports for the stream
+// after the split of shard split, with instance b dead: six leases, the
+// split shard finished, its two children naming it, every open shard held
+// by instance a.
+func checkKinesisOffsets(t *testing.T, top *topology.Topology, seeds []string, split string) {
+	t.Helper()
+	all, err := engine.Offsets(context.Background(), top, seeds)
+	if err != nil {
+		t.Fatalf("offsets: %v", err)
+	}
+	var leases []kkin.LeaseInfo
+	for _, g := range all {
+		if g.Name == "c1m" {
+			leases = g.Shards
+		}
+	}
+	children := 0
+	for _, l := range leases {
+		switch {
+		case l.Shard == split && l.Checkpoint != kkin.ShardEnd:
+			t.Errorf("offsets: split shard %s has checkpoint %q, want %s", l.Shard, l.Checkpoint, kkin.ShardEnd)
+		case l.Shard != split && l.Checkpoint != kkin.ShardEnd && !strings.HasPrefix(l.Owner, "a-"):
+			t.Errorf("offsets: open shard %s is held by %q, want instance a", l.Shard, l.Owner)
+		}
+		if len(l.Parents) == 1 && l.Parents[0] == split {
+			children++
+		}
+	}
+	if len(leases) != 6 || children != 2 {
+		t.Fatalf("offsets: want 6 leases, 2 of them children of %s; got %+v", split, leases)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -28,6 +29,9 @@ type PartitionOffsets struct {
 type GroupOffsets struct {
 	Name, Kind, Group string // Kind: "processor" or "sink"
 	Topics            map[string][]PartitionOffsets
+	// Shards lists the lease table of a stage reading a Kinesis stream
+	// (Group is then the table's name; Topics is empty).
+	Shards []kinesis.LeaseInfo
 	// HoldingBack names the input partition furthest behind (lowest
 	// watermark, else largest lag): for a rollup, the upstream partition
 	// whose candles it waits for. Empty when nothing lags.
@@ -53,6 +57,15 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 	adm := kadm.NewClient(cl)
 	var out []GroupOffsets
 	for _, s := range g.stages {
+		if src := t.Sources[s.Input]; !s.Rollup && src != nil && src.Kind == "kinesis" {
+			gofs, err := kinesisOffsets(ctx, src.Kinesis)
+			if err != nil {
+				return nil, fmt.Errorf("stage %s: %w", s.Name, err)
+			}
+			gofs.Name, gofs.Kind = s.Name, "processor"
+			out = append(out, gofs)
+			continue
+		}
 		gofs, err := groupOffsets(ctx, adm, g.groupID(s.Name), s.InputTopic)
 		if err != nil {
 			return nil, err
@@ -84,6 +97,20 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 		out = append(out, gofs)
 	}
 	return out, nil
+}
+
+// kinesisOffsets reads a Kinesis stage's lease table: who holds each shard
+// and its last checkpoint.
+func kinesisOffsets(ctx context.Context, kc topology.Kinesis) (GroupOffsets, error) {
+	_, ddb, err := kinesis.NewClients(ctx, kc.Region, kc.Endpoint, kc.DynamoDB)
+	if err != nil {
+		return GroupOffsets{}, err
+	}
+	leases, err := kinesis.ReadLeases(ctx, ddb, kc.LeaseTable)
+	if err != nil {
+		return GroupOffsets{}, err
+	}
+	return GroupOffsets{Group: kc.LeaseTable, Shards: leases}, nil
 }
 
 func groupOffsets(ctx context.Context, adm *kadm.Client, group string, topics ...string) (GroupOffsets, error) {

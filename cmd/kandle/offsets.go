@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -13,7 +14,8 @@ func cmdOffsets(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "offsets", "-t topology.yaml [-brokers ...] [--reset NAME --to TIME [--execute]]",
 		"Shows, for every processor stage and sink, each input partition's committed offset, end offset, lag\n"+
 			"and event-time watermark (from the stage's changelog), and which partition holds the stage back — for a\n"+
-			"rollup, the upstream output partition it waits for.\n\n"+
+			"rollup, the upstream output partition it waits for. A stage reading Kinesis lists its lease table: each\n"+
+			"shard's parents, owner and last checkpoint.\n\n"+
 			"With --reset NAME --to TIME it plans moving sink NAME's consumer group to the first record at or after\n"+
 			"TIME (a dry run unless --execute; stop every instance first). Sinks upsert idempotently, so re-delivery\n"+
 			"is safe. Processor stages are not reset this way: their state would no longer match their offsets —\n"+
@@ -85,5 +87,30 @@ func cmdOffsets(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, g := range all {
+		if g.Shards == nil {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "\n%s %s reads Kinesis; lease table %s (checkpoints are hints, the changelog is authoritative):\n", g.Kind, g.Name, g.Group)
+		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "SHARD\tPARENTS\tOWNER\tCHECKPOINT\t")
+		for _, l := range g.Shards {
+			owner := l.Owner
+			if owner == "" {
+				owner = "-"
+			}
+			parents := strings.Join(l.Parents, ",")
+			if parents == "" {
+				parents = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t\n", l.Shard, parents, owner, l.Checkpoint)
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }

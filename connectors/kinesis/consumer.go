@@ -43,6 +43,9 @@ type ConsumerConfig struct {
 	EnhancedFanOut string
 }
 
+// defaultLeaseDuration is ConsumerConfig.LeaseDuration's default.
+const defaultLeaseDuration = 10 * time.Second
+
 func (c *ConsumerConfig) setDefaults() error {
 	if c.Stream == "" {
 		return errors.New("kinesis: ConsumerConfig.Stream is empty: set the stream name")
@@ -55,7 +58,7 @@ func (c *ConsumerConfig) setDefaults() error {
 		c.Owner = host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(rand.Uint64()&0xffffff, 36)
 	}
 	if c.LeaseDuration <= 0 {
-		c.LeaseDuration = 10 * time.Second
+		c.LeaseDuration = defaultLeaseDuration
 	}
 	if c.TakeInterval <= 0 {
 		c.TakeInterval = c.LeaseDuration / 3
