@@ -64,8 +64,12 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	src := t.Sources[sortedKeys(t.Sources)[0]]
-	fmt.Fprintf(e.stdout, "kandle demo: topology %q on the embedded broker %s; trades go to %q. Ctrl-C stops.\n\n",
-		t.Name, seeds[0], src.Topic)
+	where := "the embedded broker"
+	if !t.Brokers.Embedded() {
+		where = "broker"
+	}
+	fmt.Fprintf(e.stdout, "kandle demo: topology %q on %s %s; trades go to %q. Ctrl-C stops.\n\n",
+		t.Name, where, seeds[0], src.Topic)
 
 	// A topology that lists brokers runs the demo on them: connect the way
 	// the engine does (the embedded broker needs nothing).
