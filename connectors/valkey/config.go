@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
+	"regexp"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -12,9 +14,12 @@ import (
 // Config is the YAML block of a valkey sink. Its tags are the one list of
 // fields: the topology package decodes, validates and documents them.
 type Config struct {
-	Addrs                 []string      `yaml:"addrs" required:"true" doc:"Valkey/Redis server addresses as host:port (standalone primary; cluster mode is not supported yet)"`
-	Username              string        `yaml:"username" default:"" doc:"ACL user name (leave empty for the default user)"`
-	Password              string        `yaml:"password" default:"" doc:"password for AUTH (requirepass or the ACL user's password)"`
+	Addrs       []string `yaml:"addrs" required:"true" doc:"Valkey/Redis server addresses as host:port (standalone primary; cluster mode is not supported yet)"`
+	Username    string   `yaml:"username" default:"" doc:"ACL user name (leave empty for the default user)"`
+	PasswordEnv string   `yaml:"password_env" default:"" doc:"name of the environment variable holding the AUTH password (requirepass or the ACL user's password), e.g. VALKEY_PASSWORD; kandle stops at startup when it is unset or empty"`
+	// Password is the AUTH password for Go callers; New fills it from
+	// PasswordEnv. Secrets never live in the topology file.
+	Password              string        `yaml:"-"`
 	DB                    int           `yaml:"db" default:"0" doc:"logical database number selected after connecting"`
 	TLS                   bool          `yaml:"tls" default:"false" doc:"connect with TLS"`
 	TLSInsecureSkipVerify bool          `yaml:"tls_insecure_skip_verify" default:"false" doc:"accept any server certificate (testing only)"`
@@ -47,8 +52,11 @@ func (c *Config) Validate() []string {
 	if c.TLSInsecureSkipVerify && !c.TLS {
 		errs = append(errs, "tls_insecure_skip_verify: only applies with tls: true; set tls: true or remove it")
 	}
-	if c.Username != "" && c.Password == "" {
-		errs = append(errs, "username: an ACL user needs a password; set password")
+	if c.Username != "" && c.Password == "" && c.PasswordEnv == "" {
+		errs = append(errs, "username: an ACL user needs a password; set password_env to the name of the environment variable holding it")
+	}
+	if c.PasswordEnv != "" && !envName.MatchString(c.PasswordEnv) {
+		errs = append(errs, "password_env: not an environment variable name (letters, digits and _); it names the variable holding the password, never the password itself")
 	}
 	if c.Coalesce < 0 {
 		errs = append(errs, fmt.Sprintf("coalesce: %v is negative; use 0 (send every update) or e.g. 250ms", c.Coalesce))
@@ -62,6 +70,21 @@ func (c *Config) Validate() []string {
 		errs = append(errs, fmt.Sprintf("timeout: %v is negative; use e.g. 5s", c.Timeout))
 	}
 	return errs
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// resolvePassword fills Password from PasswordEnv.
+func (c *Config) resolvePassword() error {
+	if c.PasswordEnv == "" {
+		return nil
+	}
+	v := os.Getenv(c.PasswordEnv)
+	if v == "" {
+		return fmt.Errorf("valkey: password_env: environment variable %s is unset or empty; export %s=<password> before starting kandle", c.PasswordEnv, c.PasswordEnv)
+	}
+	c.Password = v
+	return nil
 }
 
 func (c *Config) timeout() time.Duration {

@@ -88,13 +88,16 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 
 // newClient builds the valkey-go client and checks the server answers.
 func newClient(ctx context.Context, cfg *Config, adjust func(*valkey.ClientOption)) (valkey.Client, error) {
+	if err := cfg.resolvePassword(); err != nil {
+		return nil, err
+	}
 	opt := cfg.clientOption()
 	if adjust != nil {
 		adjust(&opt)
 	}
 	client, err := valkey.NewClient(opt)
 	if err != nil {
-		return nil, fmt.Errorf("valkey: connect to %v: %w (check addrs, password and that the server is running)", cfg.Addrs, err)
+		return nil, fmt.Errorf("valkey: connect to %v: %w (check addrs, username, password_env and that the server is running)", cfg.Addrs, err)
 	}
 	if client.Mode() == valkey.ClientModeCluster {
 		client.Close()

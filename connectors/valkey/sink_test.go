@@ -3,6 +3,7 @@ package valkey
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,8 +217,13 @@ func TestAuth(t *testing.T) {
 	if _, err := New(context.Background(), cfg); err == nil {
 		t.Fatal("New without a password succeeded against requirepass")
 	}
-	cfg.Password = "pw"
-	s := newSink(t, srv.Addr, func(c *Config) { c.Password = "pw"; c.Coalesce = 0 })
+	cfg.PasswordEnv = "KANDLE_TEST_VALKEY_PASSWORD"
+	t.Setenv(cfg.PasswordEnv, "")
+	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "KANDLE_TEST_VALKEY_PASSWORD is unset or empty") {
+		t.Fatalf("New with an empty password_env variable: %v, want an error naming it", err)
+	}
+	t.Setenv(cfg.PasswordEnv, "pw")
+	s := newSink(t, srv.Addr, func(c *Config) { c.PasswordEnv = "KANDLE_TEST_VALKEY_PASSWORD"; c.Coalesce = 0 })
 	r := reader(t, srv.Addr, func(o *valkey.ClientOption) { o.Password = "pw" })
 	c := mk("ADA", 5, "0.5", "0.6", "0.4", "0.55", "1000", "550", 9)
 	if err := s.Write(context.Background(), []candle1{c}); err != nil {
@@ -272,6 +278,9 @@ func TestConfigValidate(t *testing.T) {
 		Coalesce: -time.Second, ActiveTTL: -1, Timeout: -1}
 	if errs := bad.Validate(); len(errs) != 7 {
 		t.Fatalf("Validate: %d messages, want 7: %q", len(errs), errs)
+	}
+	if errs := (&Config{Addrs: []string{"h:1"}, Username: "u", PasswordEnv: "hunter2!"}).Validate(); len(errs) != 1 || !strings.Contains(errs[0], "password_env") {
+		t.Fatalf("a password where its variable's name belongs: %q", errs)
 	}
 	if errs := (&Config{}).Validate(); len(errs) != 1 {
 		t.Fatalf("empty config: %q", errs)
