@@ -2,6 +2,7 @@ package valkey
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"os"
@@ -22,6 +23,7 @@ type Config struct {
 	Password              string        `yaml:"-"`
 	DB                    int           `yaml:"db" default:"0" doc:"logical database number selected after connecting"`
 	TLS                   bool          `yaml:"tls" default:"false" doc:"connect with TLS"`
+	TLSCAFile             string        `yaml:"tls_ca_file" default:"" doc:"PEM file of CA certificates to trust besides the system roots (a private CA)"`
 	TLSInsecureSkipVerify bool          `yaml:"tls_insecure_skip_verify" default:"false" doc:"accept any server certificate (testing only)"`
 	Coalesce              time.Duration `yaml:"coalesce" default:"250ms" doc:"how often changed active candles are sent, newest per key only; 0 sends on every update"`
 	ActiveTTL             time.Duration `yaml:"active_ttl" default:"0s" doc:"expiry of candle:active hashes; 0 means twice the candle's timeframe"`
@@ -51,6 +53,9 @@ func (c *Config) Validate() []string {
 	}
 	if c.TLSInsecureSkipVerify && !c.TLS {
 		errs = append(errs, "tls_insecure_skip_verify: only applies with tls: true; set tls: true or remove it")
+	}
+	if c.TLSCAFile != "" && !c.TLS {
+		errs = append(errs, "tls_ca_file: only applies with tls: true; set tls: true or remove it")
 	}
 	if c.Username != "" && c.Password == "" && c.PasswordEnv == "" {
 		errs = append(errs, "username: an ACL user needs a password; set password_env to the name of the environment variable holding it")
@@ -95,7 +100,7 @@ func (c *Config) timeout() time.Duration {
 }
 
 // clientOption maps c to valkey-go's options.
-func (c *Config) clientOption() valkey.ClientOption {
+func (c *Config) clientOption() (valkey.ClientOption, error) {
 	opt := valkey.ClientOption{
 		InitAddress:      c.Addrs,
 		Username:         c.Username,
@@ -108,6 +113,20 @@ func (c *Config) clientOption() valkey.ClientOption {
 	opt.Dialer.Timeout = c.timeout()
 	if c.TLS {
 		opt.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.TLSInsecureSkipVerify} //nolint:gosec // opt-in
+		if c.TLSCAFile != "" {
+			pem, err := os.ReadFile(c.TLSCAFile)
+			if err != nil {
+				return opt, fmt.Errorf("valkey: tls_ca_file: %w", err)
+			}
+			pool, err := x509.SystemCertPool()
+			if err != nil {
+				pool = x509.NewCertPool()
+			}
+			if !pool.AppendCertsFromPEM(pem) {
+				return opt, fmt.Errorf("valkey: tls_ca_file: %s holds no PEM certificate", c.TLSCAFile)
+			}
+			opt.TLSConfig.RootCAs = pool
+		}
 	}
-	return opt
+	return opt, nil
 }

@@ -91,7 +91,10 @@ func newClient(ctx context.Context, cfg *Config, adjust func(*valkey.ClientOptio
 	if err := cfg.resolvePassword(); err != nil {
 		return nil, err
 	}
-	opt := cfg.clientOption()
+	opt, err := cfg.clientOption()
+	if err != nil {
+		return nil, err
+	}
 	if adjust != nil {
 		adjust(&opt)
 	}

@@ -2,18 +2,12 @@ package valkey
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
-	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,41 +15,11 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// selfSigned writes a certificate for 127.0.0.1 and its key to dir.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kandle-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
-}
-
+// TLS with verification on: a server whose CA is unknown is refused,
+// tls_ca_file trusts a private CA, tls_insecure_skip_verify accepts any.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	certFile, keyFile, pool := selfSigned(t, dir)
+	certs := testkit.TLS(t)
 	port := testkit.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	ready := func() error {
@@ -66,21 +30,24 @@ func TestTLS(t *testing.T) {
 		return err
 	}
 	testkit.Start(t, "redis-server-tls", addr, ready, "redis-server", []string{"--bind", "127.0.0.1",
-		"--port", "0", "--tls-port", fmt.Sprint(port), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", certFile, "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", dir})
+		"--port", "0", "--tls-port", fmt.Sprint(port), "--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey,
+		"--tls-ca-cert-file", certs.CA, "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", dir})
 	ctx := context.Background()
 
-	// Verification is on by default: a self-signed server is refused.
+	// Verification is on by default: a server signed by an unknown CA is refused.
 	cfg := DefaultConfig(addr)
 	cfg.TLS, cfg.Timeout = true, 2*time.Second
 	if s, err := New(ctx, cfg); err == nil {
 		_ = s.Close(ctx)
-		t.Fatal("connected to a self-signed server without tls_insecure_skip_verify")
+		t.Fatal("connected to a server signed by an unknown CA without tls_ca_file")
 	}
-	// With the CA supplied through WithClientOption it connects.
-	s := newSink(t, addr, func(c *Config) { c.TLS = true }, WithClientOption(func(o *valkey.ClientOption) {
-		o.TLSConfig.RootCAs = pool
-	}))
+	// A file that holds no certificate is a clear error.
+	cfg.TLSCAFile = certs.ServerKey
+	if _, err := New(ctx, cfg); err == nil || !strings.Contains(err.Error(), "tls_ca_file") {
+		t.Fatalf("tls_ca_file without a certificate: %v", err)
+	}
+	// With tls_ca_file naming the private CA it connects.
+	s := newSink(t, addr, func(c *Config) { c.TLS, c.TLSCAFile = true, certs.CA })
 	c := mk("TLS", 1, "1", "1", "1", "1", "1", "1", 1)
 	if err := s.Write(ctx, []candle1{c}); err != nil {
 		t.Fatal(err)
@@ -92,8 +59,16 @@ func TestTLS(t *testing.T) {
 	s2 := newSink(t, addr, func(c *Config) { c.TLS = true; c.TLSInsecureSkipVerify = true; c.Coalesce = 0 })
 	c2 := mk("TLS", 2, "2", "2", "2", "2", "2", "4", 1)
 	s2.Active(c2)
+	pool := x509.NewCertPool()
+	pem, err := os.ReadFile(certs.CA)
+	if err != nil || !pool.AppendCertsFromPEM(pem) {
+		t.Fatalf("read %s: %v", certs.CA, err)
+	}
 	r := reader(t, addr, func(o *valkey.ClientOption) { o.TLSConfig = &tls.Config{RootCAs: pool} })
 	waitFor(t, 5*time.Second, func() bool { return hgetall(t, r, "candle:active:1m:TLS")["open_time"] == fmt.Sprint(c2.OpenTime) },
 		"active update over TLS")
 	wantHash(t, hgetall(t, r, "candle:active:1m:TLS"), c2)
+	if errs := (&Config{Addrs: []string{addr}, TLSCAFile: certs.CA}).Validate(); len(errs) != 1 {
+		t.Fatalf("tls_ca_file without tls: %q", errs)
+	}
 }
