@@ -219,9 +219,9 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 }
 
 // checkKinesisOffsets checks what `kandle offsets` reports for the stream
-// after the split of shard split, with instance b dead: six leases, the
-// split shard finished, its two children naming it, every open shard held
-// by instance a.
+// after the split of shard split, with instance b dead: the split shard
+// finished (or its lease already deleted, its children having started), its
+// two children naming it, every open shard held by instance a.
 func checkKinesisOffsets(t *testing.T, top *topology.Topology, seeds []string, split string) {
 	t.Helper()
 	all, err := engine.Offsets(context.Background(), top, seeds)
@@ -246,8 +246,8 @@ func checkKinesisOffsets(t *testing.T, top *topology.Topology, seeds []string, s
 			children++
 		}
 	}
-	if len(leases) != 6 || children != 2 {
-		t.Fatalf("offsets: want 6 leases, 2 of them children of %s; got %+v", split, leases)
+	if len(leases) < 5 || len(leases) > 6 || children != 2 {
+		t.Fatalf("offsets: want 5 open leases (and maybe the finished %s), 2 of them its children; got %+v", split, leases)
 	}
 }
 

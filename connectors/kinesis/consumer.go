@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -302,10 +303,27 @@ func (c *Consumer) syncShards(ctx context.Context) error {
 	c.closedMu.Lock()
 	c.closed = closed
 	c.closedMu.Unlock()
+	// children links every shard to its children, from the listing and
+	// from the leases (a child's lease outlives its parents').
+	children := map[string][]string{}
+	for _, s := range shards {
+		for _, p := range parentsOf(s) {
+			children[p] = append(children[p], aws.ToString(s.ShardId))
+		}
+	}
+	leased := make(map[string]leaseItem, len(items))
+	for _, it := range items {
+		leased[it.ShardID] = it
+		for _, p := range it.Parents {
+			if !slices.Contains(children[p], it.ShardID) {
+				children[p] = append(children[p], it.ShardID)
+			}
+		}
+	}
 	for _, s := range shards {
 		id := aws.ToString(s.ShardId)
-		if have[id] {
-			continue
+		if have[id] || hasLeasedDescendant(id, children, leased) {
+			continue // a shard whose lease was deleted once its children started is done
 		}
 		var parents []string
 		for _, p := range parentsOf(s) {
@@ -321,6 +339,44 @@ func (c *Consumer) syncShards(ctx context.Context) error {
 			return err
 		}
 		have[id] = true
+	}
+	return c.deleteFinishedLeases(ctx, children, leased)
+}
+
+// hasLeasedDescendant reports whether a child, grandchild… of id held a
+// lease when the sync round began.
+func hasLeasedDescendant(id string, children map[string][]string, leased map[string]leaseItem) bool {
+	for _, ch := range children[id] {
+		if _, ok := leased[ch]; ok || hasLeasedDescendant(ch, children, leased) {
+			return true
+		}
+	}
+	return false
+}
+
+// deleteFinishedLeases removes the lease of each shard read to its end once
+// every child has started (holds a checkpoint past its beginning): no one
+// needs it any more — parentsDone counts a missing parent as done, and
+// syncShards does not recreate a shard whose descendants hold leases. This is
+// the Kinesis Client Library's lease cleanup; without it the table keeps one
+// item per shard the stream ever had.
+func (c *Consumer) deleteFinishedLeases(ctx context.Context, children map[string][]string, leased map[string]leaseItem) error {
+	for id, it := range leased {
+		if it.Checkpoint != ShardEnd || len(children[id]) == 0 {
+			continue
+		}
+		started := true
+		for _, ch := range children[id] {
+			cl, ok := leased[ch]
+			started = started && ok && cl.Checkpoint != "" && cl.Checkpoint != TrimHorizon && cl.Checkpoint != Latest
+		}
+		if !started {
+			continue
+		}
+		if err := c.table.deleteFinished(ctx, id); err != nil {
+			return err
+		}
+		c.log.Info("kinesis: deleted the lease of a finished shard whose children have started", "shard", id, "children", children[id])
 	}
 	return nil
 }

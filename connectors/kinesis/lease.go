@@ -278,6 +278,25 @@ func (t *leaseTable) create(ctx context.Context, shardID string, parents []strin
 	return nil
 }
 
+// deleteFinished removes the lease of a shard read to its end, only if it
+// still says SHARD_END.
+func (t *leaseTable) deleteFinished(ctx context.Context, shardID string) error {
+	ctx, cancel := t.callCtx(ctx)
+	defer cancel()
+	_, err := t.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 &t.name,
+		Key:                       shardKey(shardID),
+		ConditionExpression:       aws.String("#cp = :end"),
+		ExpressionAttributeNames:  map[string]string{"#cp": attrCheckpoint},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":end": &types.AttributeValueMemberS{Value: ShardEnd}},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("kinesis: delete finished lease of shard %s: %w", shardID, err)
+	}
+	return nil
+}
+
 // take claims a lease observed as it, conditional on its counter not having
 // moved since. It returns ErrLeaseLost when someone else moved first.
 func (t *leaseTable) take(ctx context.Context, it leaseItem, owner string) (*Lease, error) {
