@@ -278,7 +278,11 @@ func (d *Decoder) positive(value []byte, sp span, f int) (v decimal.Decimal, fx 
 	if sp.kind != kindNumber && sp.kind != kindString {
 		return decimal.Zero, fx, fmt.Sprintf("field %q must be a number or a numeric string", d.names[f])
 	}
-	if fx, ok := parseFixed(raw); ok && fx.mant > 0 {
+	fx, ok := parseFixedWord(value, sp.start, sp.end)
+	if !ok {
+		fx, ok = parseFixed(raw)
+	}
+	if ok && fx.mant > 0 {
 		return fx.decimal(), fx, ""
 	}
 	v, detail = d.positiveSlow(raw, f)

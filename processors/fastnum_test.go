@@ -92,3 +92,38 @@ func TestParseEpochMillisAgreesWithBytewise(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedWordAgreesWithFixed: parseFixedWord decides the numbers of up
+// to 8 bytes exactly as parseFixed does, on digit strings with dots and
+// stray bytes at every offset of a buffer.
+func TestFixedWordAgreesWithFixed(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	const alphabet = "012345678901234567890123456789.-+eE\x00\x7f\x80\xff/:"
+	decided := 0
+	for range 500000 {
+		buf := make([]byte, rng.IntN(20))
+		for i := range buf {
+			buf[i] = alphabet[rng.IntN(len(alphabet))]
+			if rng.IntN(16) == 0 {
+				buf[i] = byte(rng.IntN(256))
+			}
+		}
+		start := rng.IntN(len(buf) + 1)
+		end := start + rng.IntN(len(buf)-start+1)
+		got, ok := parseFixedWord(buf, start, end)
+		want, wantOK := parseFixed(buf[start:end])
+		if !ok {
+			if wantOK && end-start <= 8 && start+8 <= len(buf) {
+				t.Fatalf("parseFixedWord(%q) declined a number parseFixed reads", buf[start:end])
+			}
+			continue
+		}
+		decided++
+		if !wantOK || got != want {
+			t.Fatalf("parseFixedWord(%q) = %+v; parseFixed says %+v, %v", buf[start:end], got, want, wantOK)
+		}
+	}
+	if decided < 20000 {
+		t.Fatalf("only %d inputs decided by parseFixedWord", decided)
+	}
+}

@@ -179,7 +179,9 @@ const (
 func special(x uint64) uint64 {
 	q := x ^ (ones * '"')
 	bs := x ^ (ones * '\\')
-	return ((q-ones)&^q | (bs-ones)&^bs | (x-ones*0x20)&^x) & highs
+	// The three zero-byte tests share one &^x: q, bs and x have the same
+	// high bits ('"' and '\\' are below 0x80), and only high bits are kept.
+	return ((q - ones) | (bs - ones) | (x - ones*0x20)) &^ x & highs
 }
 
 // scanStr scans the string whose opening quote is at q. It returns the
@@ -230,6 +232,22 @@ func scanStr(b []byte, q int) (end int, esc, ok bool) {
 			return i, false, false
 		}
 	}
+}
+
+// plainEnd returns the position after the closing quote of a string whose
+// body is plain up to i, when eight-byte steps find that quote before any
+// other special byte; else 0 (the caller falls back to scanStr).
+func plainEnd(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := special(x); m != 0 {
+			if tz := bits.TrailingZeros64(m); byte(x>>(tz&^7)) == '"' {
+				return i + 1 + tz>>3
+			}
+			return 0
+		}
+	}
+	return 0
 }
 
 // plain marks the bytes a string body may hold without a closer look (an
@@ -339,13 +357,16 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 		nameStart := i + 1
 		j, esc, ok := 0, false, true
 		var key uint64     // shortKey of a name of up to 7 bytes
-		if i+9 <= len(b) { // inlined scanStr for strings of up to 7 plain bytes
+		if i+9 <= len(b) { // inlined scanStr for plain names
 			x := binary.LittleEndian.Uint64(b[i+1:])
 			if m := special(x); m != 0 {
-				if p := i + 1 + bits.TrailingZeros64(m)>>3; b[p] == '"' && p > i+1 {
-					j = p + 1
-					key = shortKey(x, p-i-1)
+				// The flagged byte is read from x, not reloaded from b.
+				if tz := bits.TrailingZeros64(m); byte(x>>(tz&^7)) == '"' && tz > 7 {
+					j = i + 2 + tz>>3
+					key = shortKey(x, tz>>3)
 				}
+			} else {
+				j = plainEnd(b, i+9)
 			}
 		}
 		if j == 0 {
@@ -379,11 +400,15 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 		switch c := b[i]; {
 		case c == '"':
 			j, esc, ok := 0, false, true
-			if i+9 <= len(b) { // inlined scanStr for strings of up to 7 plain bytes
-				if m := special(binary.LittleEndian.Uint64(b[i+1:])); m != 0 {
-					if p := i + 1 + bits.TrailingZeros64(m)>>3; b[p] == '"' {
-						j = p + 1
+			// Inlined scanStr for plain strings, eight bytes at a time.
+			for p := i + 1; p+8 <= len(b); p += 8 {
+				x := binary.LittleEndian.Uint64(b[p:])
+				if m := special(x); m != 0 {
+					// The flagged byte is read from x, not reloaded from b.
+					if tz := bits.TrailingZeros64(m); byte(x>>(tz&^7)) == '"' {
+						j = p + 1 + tz>>3
 					}
+					break
 				}
 			}
 			if j == 0 {
@@ -398,10 +423,19 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 			}
 			i = j
 		case c == '-' || isDigit(c):
-			j, ok := scanNum(b, i)
-			if !ok {
-				s.pos = j
-				return false
+			// Inlined scanNum for integers without sign or leading zero (ids,
+			// epoch times): one SWAR digit run, no call.
+			j := 0
+			if c != '0' && c != '-' {
+				if j = skipDigits(b, i+1); j >= len(b) || b[j] == '.' || b[j]|0x20 == 'e' {
+					j = 0
+				}
+			}
+			if j == 0 {
+				if j, ok = scanNum(b, i); !ok {
+					s.pos = j
+					return false
+				}
 			}
 			sp = span{i, j, kindNumber}
 			i = j

@@ -119,3 +119,20 @@ func cut(path string) (head, leaf string, ok bool) {
 	}
 	return path, "", false
 }
+
+// TestSpecialSharesHighBits: special's one &^x equals three separate
+// zero-byte tests (the formula before it was folded).
+func TestSpecialSharesHighBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for range 1000000 {
+		x := rng.Uint64()
+		if rng.IntN(2) == 0 { // plant some '"', '\\' and control bytes
+			x = x&^(0xff<<(8*rng.IntN(8))) | uint64("\"\\\x00\x1f\x20\x7f\x80\xa2"[rng.IntN(8)])<<(8*rng.IntN(8))
+		}
+		q, bs := x^(ones*'"'), x^(ones*'\\')
+		want := ((q-ones)&^q | (bs-ones)&^bs | (x-ones*0x20)&^x) & highs
+		if got := special(x); got != want {
+			t.Fatalf("special(%#x) = %#x, want %#x", x, got, want)
+		}
+	}
+}
