@@ -44,7 +44,6 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 	case BoundOffset:
 		return 0, fmt.Errorf("replay: Kinesis sources take --to end or a time, not an offset (sequence numbers differ per shard)")
 	}
-	cut := map[string]bool{}
 	ranges := newShardRanges(kin, kc.Stream)
 	// state mirrors each (stage, shard) processor's entries, for handoffs.
 	type stageShard struct {
@@ -79,9 +78,9 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 				}
 			}
 		}
+		stop := false
 		for _, r := range b.Records {
-			if cut[s.ID] || !until.IsZero() && !r.Arrival.Before(until) {
-				cut[s.ID] = true
+			if stop = !until.IsZero() && !r.Arrival.Before(until); stop {
 				break
 			}
 			if err := p.Feed(srcName, part, ordinal[s.ID], r.Data); err != nil {
@@ -103,6 +102,9 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 					m[string(k)] = append([]byte(nil), v...)
 				}
 			})
+		}
+		if stop {
+			return kinesis.ErrStopShard // past --to: the rest of this shard is not needed
 		}
 		return nil
 	})

@@ -40,13 +40,17 @@ func (p Position) start(shard string) (startPos, bool) {
 	return startPos{typ: types.ShardIteratorTypeTrimHorizon}, true
 }
 
+// ErrStopShard, returned by ReadRange's callback, ends the read of the
+// current shard (a replay past its upper bound) and moves on to the next.
+var ErrStopShard = errors.New("kinesis: stop reading this shard")
+
 // ReadRange reads every shard that exists when it starts, from `from` up to
 // the tip as of the time each shard is read, without touching any lease
 // table: the replay path. Shards are read one at a time, parents before
 // children and otherwise by shard ID, so the sequence of fn calls is
 // deterministic for a given stream content. A shard stops at SHARD_END or at
-// the first empty response with MillisBehindLatest == 0. fn's error stops
-// the read and is returned.
+// the first empty response with MillisBehindLatest == 0, or when fn returns
+// ErrStopShard. Any other error of fn stops the read and is returned.
 func ReadRange(ctx context.Context, client KinesisAPI, stream string, from Position, fn func(s Shard, b Batch) error, opts ...Option) error {
 	if client == nil || stream == "" || fn == nil {
 		return errors.New("kinesis: ReadRange needs a client, a stream name and a callback")
@@ -66,7 +70,7 @@ func ReadRange(ctx context.Context, client KinesisAPI, stream string, from Posit
 		}
 		r := &shardReader{kin: client, stream: stream, shard: s.ID, limit: 10000, stopAtTip: true,
 			log: o.log.With(slog.String("replay", stream))}
-		if _, err := r.read(ctx, pos, func(b Batch) error { return fn(s, b) }); err != nil {
+		if _, err := r.read(ctx, pos, func(b Batch) error { return fn(s, b) }); err != nil && !errors.Is(err, ErrStopShard) {
 			return fmt.Errorf("kinesis: replay shard %s of %s from %s: %w", s.ID, stream, pos, err)
 		}
 	}

@@ -106,6 +106,21 @@ func testReadRange(t *testing.T, e *env) {
 	if ns := numbers(readAll(t, e, Position{After: after})); !slices.Equal(ns, span(150, 300)) {
 		t.Fatalf("AFTER_SEQUENCE_NUMBER read %v", ns)
 	}
+
+	// ErrStopShard ends one shard's read, not the whole range.
+	calls := map[string]int{}
+	err := ReadRange(context.Background(), e.kin, e.stream, Position{TrimHorizon: true}, func(s Shard, b Batch) error {
+		calls[s.ID]++
+		return ErrStopShard
+	}, WithLogger(quiet()))
+	if err != nil {
+		t.Fatalf("ReadRange with ErrStopShard: %v", err)
+	}
+	for shard := range seen {
+		if calls[shard] != 1 {
+			t.Errorf("shard %s: %d callbacks after ErrStopShard, want 1 (calls %v)", shard, calls[shard], calls)
+		}
+	}
 }
 
 // cmpSeq compares Kinesis sequence numbers (decimal strings).
