@@ -20,13 +20,18 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 		"Reads a bounded range of the topology's sources without joining any consumer group and runs it through\n"+
 			"the processors in process. The result depends only on the input: watermarks never advance by the wall\n"+
 			"clock, and the future guard compares with the time the replay started. A mid-stream --from reads a\n"+
-			"warm-up before it so every key knows its previous close; candles opening before --from are not written.")
+			"warm-up before it so every key knows its previous close; candles opening before --from are not written.\n\n"+
+			"A replay reads every partition up to --to (or to the end offsets taken when it starts), however long the\n"+
+			"broker takes to deliver them; it never stops early because records are slow to come. When the brokers do\n"+
+			"not answer at all for --timeout (unreachable, down), it fails with exit status 1 instead of writing a\n"+
+			"partial result. --out topics creates missing output and dead-letter topics before it reads anything.")
 	top := topologyFlag(fs)
 	brokers := brokersFlag(fs)
 	from := fs.String("from", "earliest", "start: earliest, an offset (on every partition), or an RFC 3339 time (Kinesis: earliest or a time, by arrival)")
 	to := fs.String("to", "end", "end (exclusive): end (the end offsets seen at start), an offset, or an RFC 3339 time (Kinesis: end or a time; each shard stops at its first record that arrived at or after it)")
 	parts := fs.String("partitions", "", "comma-separated source partitions to replay (default all)")
 	out := fs.String("out", "topics", "where results go: topics (the topology's output and dead-letter topics), a file path, or - for stdout (JSON lines)")
+	timeout := fs.Duration("timeout", engine.DefaultReplayTimeout, "fail when the brokers give no answer at all for this long (slow answers are waited for)")
 	warmup := fs.Duration("warmup", 0, "history read before a mid-stream --from (default: the longest window of the topology plus its lateness)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,7 +47,10 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	o := engine.ReplayOptions{Started: time.Now(), Warmup: *warmup, Logger: e.log}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive (e.g. 1m), got %s", *timeout)
+	}
+	o := engine.ReplayOptions{Started: time.Now(), Warmup: *warmup, Logger: e.log, Timeout: *timeout}
 	if o.From, err = engine.ParseBound(*from); err != nil {
 		return fmt.Errorf("--from: %w", err)
 	}
@@ -58,7 +66,7 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	}
 	switch *out {
 	case "topics":
-		if o.Out, err = engine.NewTopicOutput(t, seeds); err != nil {
+		if o.Out, err = engine.NewTopicOutput(ctx, t, seeds, *timeout, e.log); err != nil {
 			return err
 		}
 	case "-":
