@@ -229,6 +229,7 @@ func incompatibleAdvice(t *topology.Topology) string {
     input from the earliest retained record, so its candles are rebuilt; point rollups and sinks at it; or
   - reset the processor under its name: stop every instance, delete its changelog topic (%s.<processor>.changelog)
     and its consumer group (%s.<processor>), then start again.
-'kandle plan -t %s' shows what each processor keeps; 'kandle replay -t %s --from TIME' rebuilds candles of a past range.`,
+'kandle plan -t %s' shows what each processor keeps; 'kandle replay -t %s --processors NAME --from TIME --out topics'
+rebuilds the candles of a past range.`,
 		t.Name, t.Group, file, file)
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -57,6 +58,10 @@ func ParseBound(s string) (Bound, error) {
 type ReplayOptions struct {
 	From, To   Bound
 	Partitions []int32 // nil = all
+	// Processors limits what is written to the candles and dead letters of
+	// these processors (nil = all). Every processor still runs, so a rollup
+	// gets the candles it is built from.
+	Processors []string
 	// Warmup is read before a mid-stream From so every key knows its previous
 	// close and every window that straddles From is complete; candles opening
 	// before From are not written. Default: the longest window of the
@@ -139,8 +144,16 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	if o.From.Kind == BoundTime {
 		emitFrom = o.From.Time.UnixMilli()
 	}
+	only := map[string]bool{}
+	for _, name := range o.Processors {
+		if g.byName[name] == nil {
+			return Progress{}, fmt.Errorf("replay: topology %s has no processor %q (it has %s)", t.Name, name, strings.Join(sortedProcessors(t), ", "))
+		}
+		only[name] = true
+	}
+	writes := func(stage string) bool { return len(only) == 0 || only[stage] }
 	p.OnCandle = func(stage, topic string, c *candle.Candle, _ int32) {
-		if c.OpenTime < emitFrom {
+		if c.OpenTime < emitFrom || !writes(stage) {
 			return
 		}
 		if err == nil {
@@ -148,7 +161,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 		}
 	}
 	p.OnReject = func(stage string, r *processors.Rejection) {
-		if err == nil {
+		if err == nil && writes(stage) {
 			err = o.Out.DeadLetter(stage, r)
 		}
 	}
@@ -381,6 +394,15 @@ func defaultWarmup(g *graph) time.Duration {
 		w = max(w, d)
 	}
 	return w
+}
+
+func sortedProcessors(t *topology.Topology) []string {
+	n := make([]string, 0, len(t.Processors))
+	for k := range t.Processors {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
 }
 
 func sortedSources(t *topology.Topology) []string {

@@ -180,3 +180,32 @@ func TestReplayEndsOnAbortedTail(t *testing.T) {
 		t.Errorf("replay read %d records, want the %d committed ones", p.Records, n)
 	}
 }
+
+// --processors writes only the named processors' candles, and a rollup's
+// are the same as in a full replay (its upstream still runs).
+func TestReplayOnlySomeProcessors(t *testing.T) {
+	_, f := newStallCluster(t, 1000)
+	all, _, err := replayInto(context.Background(), f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, l := range strings.Split(strings.TrimSpace(all), "\n") {
+		if strings.HasPrefix(l, "stall.5m ") {
+			want = append(want, l)
+		}
+	}
+	var buf bytes.Buffer
+	if _, err := engine.Replay(context.Background(), f.top, f.seeds, engine.ReplayOptions{
+		Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Out: &topicRecorder{w: &buf}, Processors: []string{"c5m"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(buf.String()); len(want) == 0 || got != strings.Join(want, "\n") {
+		t.Errorf("--processors c5m wrote %d lines, want the %d c5m candles of a full replay", strings.Count(got, "\n")+1, len(want))
+	}
+	_, err = engine.Replay(context.Background(), f.top, f.seeds, engine.ReplayOptions{
+		Started: time.Now(), Out: &topicRecorder{w: &buf}, Processors: []string{"c7m"}})
+	if err == nil || !strings.Contains(err.Error(), `no processor "c7m"`) {
+		t.Errorf("unknown processor: err = %v", err)
+	}
+}

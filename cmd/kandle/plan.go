@@ -192,7 +192,7 @@ func printPlan(w io.Writer, cur *topology.Topology, what string, rows []planRow,
 	fmt.Fprintln(w, "  - it gets a new name and a new output topic (fresh state, built from the earliest retained input;")
 	fmt.Fprintln(w, "    point rollups and sinks at it), or")
 	fmt.Fprintf(w, "  - it is reset: stop every instance, delete topic %s.<processor>.changelog and group %s.<processor>.\n", cur.Name, cur.Group)
-	fmt.Fprintln(w, "`kandle replay -t FILE --from TIME` rebuilds the candles of a past range into the output topics.")
+	fmt.Fprintln(w, "`kandle replay -t FILE --processors NAME --from TIME --out topics` rebuilds the candles of a past range.")
 }
 
 func printSinkChanges(w io.Writer, old, cur *topology.Topology) {

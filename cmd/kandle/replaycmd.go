@@ -16,7 +16,7 @@ import (
 )
 
 func cmdReplay(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "replay", "-t topology.yaml [--from X] [--to Y] [--partitions 0,3] [--out topics|FILE|-]",
+	fs := newFlags(e, "replay", "-t topology.yaml [--from X] [--to Y] [--partitions 0,3] [--processors 5m,1h] [--out topics|FILE|-]",
 		"Reads a bounded range of the topology's sources without joining any consumer group and runs it through\n"+
 			"the processors in process. The result depends only on the input: watermarks never advance by the wall\n"+
 			"clock, and the future guard compares with the time the replay started. A mid-stream --from reads a\n"+
@@ -30,6 +30,7 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	from := fs.String("from", "earliest", "start: earliest, an offset (on every partition), or an RFC 3339 time (Kinesis: earliest or a time, by arrival)")
 	to := fs.String("to", "end", "end (exclusive): end (the end offsets seen at start), an offset, or an RFC 3339 time (Kinesis: end or a time; each shard stops at its first record that arrived at or after it)")
 	parts := fs.String("partitions", "", "comma-separated source partitions to replay (default all)")
+	procs := fs.String("processors", "", "comma-separated processors whose candles and dead letters are written (default all; every processor still runs, so rollups get their input)")
 	out := fs.String("out", "topics", "where results go: topics (the topology's output and dead-letter topics), a file path, or - for stdout (JSON lines)")
 	timeout := fs.Duration("timeout", engine.DefaultReplayTimeout, "fail when the brokers give no answer at all for this long (slow answers are waited for)")
 	warmup := fs.Duration("warmup", 0, "history read before a mid-stream --from (default: the longest window of the topology plus its lateness)")
@@ -56,6 +57,12 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	}
 	if o.To, err = engine.ParseBound(*to); err != nil {
 		return fmt.Errorf("--to: %w", err)
+	}
+	o.Processors = splitList(*procs)
+	for _, name := range o.Processors {
+		if t.Processors[name] == nil {
+			return fmt.Errorf("--processors: topology %s has no processor %q", t.Name, name)
+		}
 	}
 	for _, p := range splitList(*parts) {
 		n, err := strconv.Atoi(p)
