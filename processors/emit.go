@@ -28,8 +28,18 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 	if len(k.wins) > 0 && k.wins[0].open == k.nextOpen {
 		a.emitWindow(k, out)
 	} else {
-		if a.maxIdle > 0 && k.nextOpen >= k.lastTS+a.maxIdle {
-			a.deleteKey(k)
+		if a.maxIdle > 0 && k.nextOpen >= k.prevTS+a.maxIdle {
+			// Silent for max_idle: the run of candles ends here.
+			if len(k.wins) == 0 {
+				a.deleteKey(k) // a later trade starts afresh
+				return
+			}
+			// A trade after the silence already arrived: its window starts a
+			// new run, the silence stays unfilled. (A trade arriving later for
+			// a window between them moves nextOpen back; see Process.)
+			k.nextOpen, k.nextClose = k.wins[0].open, k.wins[0].close
+			a.touch(k)
+			a.schedule(k)
 			return
 		}
 		c := k.prevClose
@@ -46,7 +56,7 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 	w := k.wins[0]
 	out.Candles = append(out.Candles, a.candleOf(k, w))
-	k.prevClose, k.hasPrev = w.c, true
+	k.prevClose, k.prevTS, k.hasPrev = w.c, w.cTS, true
 	k.lastN = int(min(w.n, 1<<12))
 	copy(k.wins, k.wins[1:])
 	k.wins[len(k.wins)-1] = nil
