@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
@@ -19,7 +20,10 @@ type CandleConfig struct {
 	IdleTimeout time.Duration
 	// MaxFuture rejects records stamped further ahead of the clock. 0 = no guard.
 	MaxFuture time.Duration
-	// MaxIdle stops gap filling a key this long after its last trade. 0 = fill forever.
+	// MaxIdle bounds gap filling: a key gets gap candles only for windows
+	// that open less than MaxIdle after its last trade. When the run ends the
+	// key's state is freed; a later trade starts a new run without filling
+	// the silence. 0 = fill forever.
 	MaxIdle time.Duration
 	Dedupe  bool // reject repeated trade ids of a key
 	GapFill bool // emit flat gap candles for windows without trades
@@ -37,6 +41,7 @@ type Aggregator struct {
 	lateness, maxFuture   int64 // ms
 	idleTimeout, maxIdle  int64 // ms
 	dedupe, gapFill, live bool
+	keyCheck              bool
 	dec                   *Decoder
 	clock                 Clock
 
@@ -72,6 +77,7 @@ type keyState struct {
 	hasPrev   bool
 	prevClose decimal.Decimal // close of the last emitted candle
 	lastTS    int64           // largest event time of the key's trades
+	prevTS    int64           // largest event time of the emitted windows' trades (when hasPrev)
 
 	pending             int64        // close time that makes this key emit next
 	hidx                int          // index in the heap, -1 when not scheduled
@@ -118,7 +124,8 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		lateness: cfg.Lateness.Milliseconds(), maxFuture: cfg.MaxFuture.Milliseconds(),
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
-		dec: cfg.Decoder, clock: clock,
+		keyCheck: cfg.Decoder.cfg.KeyCheck,
+		dec:      cfg.Decoder, clock: clock,
 		keys: newTable[*keyState](),
 	}, nil
 }
@@ -155,6 +162,10 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		t.Key = k.key
 	} else if t.Key, ok = a.dec.intern(kb); !ok {
 		reject(out, rec, a.dec.rej)
+		return
+	}
+	if a.keyCheck && !bytes.Equal(rec.Key, kb) {
+		reject(out, rec, a.keyMismatch(rec.Key, t.Key))
 		return
 	}
 	if a.maxFuture > 0 {
@@ -277,6 +288,20 @@ func (a *Aggregator) Active(fn func(c *candle.Candle)) {
 		fn(&a.scratch)
 	}
 	a.active = a.active[:0]
+}
+
+// keyMismatch is the rejection of a record whose partition key is not its
+// key field.
+func (a *Aggregator) keyMismatch(recKey []byte, key string) Rejection {
+	what := fmt.Sprintf("record key %q differs from", recKey)
+	if recKey == nil {
+		what = "the record has no key; "
+	}
+	f := a.dec.names[fKey]
+	return Rejection{Reason: ReasonKeyMismatch, Key: key,
+		Detail: fmt.Sprintf("%s field %q = %q: produce each record with its %s as the record key (Kafka) "+
+			"or partition key (Kinesis) so one key stays in one partition, or set key_check: false on the source",
+			what, f, key, f)}
 }
 
 // fmtMS formats Unix ms for rejection details.

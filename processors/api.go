@@ -20,6 +20,7 @@ const (
 	ReasonInvalidTS     Reason = "invalid_ts"
 	ReasonOversized     Reason = "oversized"
 	ReasonUnknownKey    Reason = "unknown_key"
+	ReasonKeyMismatch   Reason = "key_mismatch"
 	ReasonLate          Reason = "late"
 	ReasonDuplicate     Reason = "duplicate"
 	ReasonFuture        Reason = "future"
@@ -27,13 +28,17 @@ const (
 
 // Reasons lists every reason code (for metrics and docs).
 var Reasons = []Reason{ReasonMalformedJSON, ReasonNotObject, ReasonMissingField, ReasonInvalidPrice,
-	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonLate, ReasonDuplicate, ReasonFuture}
+	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture}
 
 // Record is one input record and where it came from.
 type Record struct {
 	Partition int32
 	Offset    int64
-	Value     []byte
+	// Key is the record's partition key: the Kafka record key, or the
+	// Kinesis partition key. With DecoderConfig.KeyCheck it must equal the
+	// record's key field (nil never does). Rollups ignore it.
+	Key   []byte
+	Value []byte
 }
 
 // Rejection is a record that changed no candle, with the reason why. The

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,8 +25,10 @@ import (
 //	config timeframe=1m lateness=0s [gap_fill] [dedupe] [live] [max_future=5s]
 //	       [idle_timeout=30s] [max_idle=3m] [zone=Asia/Seoul] [symbols=(A,B)]
 //	       [max_bytes=N] [now=HH:MM:SS] [no_qty] [no_id] [key=s time=t price=p qty=q id=i]
+//	       [key_check]
 //	rollup from=1m to=5m [zone=…]
-//	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record
+//	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record;
+//	                    "k=KEY " sets the record key ("k=<nil>": none), default the key field's value
 //	candles             rollup input, one candle per line in the output format
 //	tick now=…          moves the clock and calls Tick
 //	watermark | active | state
@@ -58,6 +61,27 @@ type ddHarness struct {
 	st     store
 	offset int64
 	from   candle.Timeframe // rollup input timeframe
+	// keyField is the aggregator's key field: a trade line without "k=" is
+	// sent with that field's value as its record key.
+	keyField string
+}
+
+// keyOf returns the value of the key field of a JSON trade (nil when the
+// record has none), as a producer keying by symbol would send it.
+func (h *ddHarness) keyOf(val []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(val, &m) != nil {
+		return nil
+	}
+	raw, ok := m[h.keyField]
+	if !ok {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []byte(s)
+	}
+	return raw // a number: its digits
 }
 
 func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
@@ -99,13 +123,23 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 			if line == "" {
 				continue
 			}
-			for strings.HasPrefix(line, "o=") {
+			var key []byte
+			explicitKey := false
+			for strings.HasPrefix(line, "o=") || strings.HasPrefix(line, "k=") {
 				tok, rest, _ := strings.Cut(line, " ")
+				line = rest
+				if strings.HasPrefix(tok, "k=") {
+					explicitKey = true
+					if tok != "k=<nil>" {
+						key = []byte(tok[2:])
+					}
+					continue
+				}
 				n, err := strconv.ParseInt(tok[2:], 10, 64)
 				if err != nil {
 					d.Fatalf(t, "bad offset %q", tok)
 				}
-				h.offset, line = n, rest
+				h.offset = n
 			}
 			val := []byte(line)
 			switch {
@@ -116,8 +150,11 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 			case d.Cmd == "candles":
 				val = []byte(strings.TrimPrefix(line, "raw "))
 			}
+			if !explicitKey && d.Cmd == "trades" {
+				key = h.keyOf(val) // a well-behaved producer
+			}
 			out.Reset()
-			h.p.Process(Record{Offset: h.offset, Value: val}, out)
+			h.p.Process(Record{Offset: h.offset, Key: key, Value: val}, out)
 			h.offset++
 			fmtOutput(&b, out)
 		}
@@ -227,6 +264,8 @@ func (h *ddHarness) aggregator(t *testing.T, d *datadriven.TestData, args map[st
 			d.Fatalf(t, "max_bytes: %v", err)
 		}
 	}
+	dc.KeyCheck = flag("key_check")
+	h.keyField = f.Key
 	dec, err := NewDecoder(dc)
 	if err != nil {
 		return nil, err
