@@ -295,7 +295,7 @@ func (a *Aggregator) Active(fn func(c *candle.Candle)) {
 func (a *Aggregator) keyMismatch(recKey []byte, key string) Rejection {
 	what := fmt.Sprintf("record key %q differs from", recKey)
 	if recKey == nil {
-		what = "the record has no key; "
+		what = "the record has no key;"
 	}
 	f := a.dec.names[fKey]
 	return Rejection{Reason: ReasonKeyMismatch, Key: key,
