@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kandle/kandle/candle"
@@ -29,6 +30,14 @@ type CandleConfig struct {
 	GapFill bool // emit flat gap candles for windows without trades
 	Live    bool // allow the wall-clock idle advance (replays leave it false)
 	Decoder *Decoder
+	// Rollups are the timeframes built from these candles, directly or
+	// through other rollups. When a key's run of candles ends (max_idle, or
+	// without gap fill its last open window), the aggregator emits a
+	// QuietMark at each of their boundaries that ends a window holding the
+	// key's last candle, once the watermark reaches it, so the rollups close
+	// those windows as direct aggregation would and free the key; then it
+	// frees the key itself. Empty: the key is freed at once.
+	Rollups []candle.Timeframe
 }
 
 // Aggregator builds base candles from the trades of one input partition. It
@@ -44,6 +53,7 @@ type Aggregator struct {
 	keyCheck              bool
 	dec                   *Decoder
 	clock                 Clock
+	rollups               []candle.Timeframe
 
 	keys table[*keyState]
 	heap keyHeap
@@ -88,6 +98,11 @@ type keyState struct {
 	hasNum              bool
 	maxNum              uint64 // ≥ every numeric trade id the open windows hold (when hasNum)
 	lastN               int    // trades in the key's last emitted window (a size hint)
+
+	// Quiet: the key's run ended; every window opening before quietAt is
+	// emitted, and the next QuietMark is at quietNext.
+	quiet              bool
+	quietAt, quietNext int64
 }
 
 // newNum reports whether numeric id n is above every numeric id k holds.
@@ -104,6 +119,11 @@ func (k *keyState) noteID(n uint64, isNum bool) {
 func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 	if cfg.Timeframe.N <= 0 || cfg.Timeframe.Unit < candle.Second || cfg.Timeframe.Unit > candle.Month {
 		return nil, fmt.Errorf("aggregator: invalid timeframe %+v: build it with candle.ParseTimeframe", cfg.Timeframe)
+	}
+	for _, r := range cfg.Rollups {
+		if err := candle.Nests(cfg.Timeframe, r); err != nil {
+			return nil, fmt.Errorf("aggregator: rollup %s: %w", r, err)
+		}
 	}
 	if cfg.Decoder == nil {
 		return nil, errors.New("aggregator: no decoder: build one with NewDecoder")
@@ -124,7 +144,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		lateness: cfg.Lateness.Milliseconds(), maxFuture: cfg.MaxFuture.Milliseconds(),
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
-		keyCheck: cfg.Decoder.cfg.KeyCheck,
+		keyCheck: cfg.Decoder.cfg.KeyCheck, rollups: slices.Clone(cfg.Rollups),
 		dec:      cfg.Decoder, clock: clock,
 		keys: newTable[*keyState](),
 	}, nil

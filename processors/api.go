@@ -56,10 +56,24 @@ type Rejection struct {
 type Output struct {
 	Candles  []candle.Candle // closed candles, each key's in window order
 	Rejected []Rejection
+	// Quiet marks, for the rollups built from these candles: deliver them
+	// (Rollup.Quiet) after every candle of the same Output.
+	Quiet []QuietMark
+}
+
+// QuietMark says that Key, which went quiet (its run of candles ended
+// after max_idle), has every candle opening before Until emitted: a rollup
+// closes its open window of Key if it ends by Until, as direct aggregation
+// closes it, and frees Key's state when nothing is left open.
+type QuietMark struct {
+	Key   string
+	Until int64 // Unix ms, a window boundary of a rollup timeframe
 }
 
 // Reset empties o, keeping its capacity.
-func (o *Output) Reset() { o.Candles, o.Rejected = o.Candles[:0], o.Rejected[:0] }
+func (o *Output) Reset() {
+	o.Candles, o.Rejected, o.Quiet = o.Candles[:0], o.Rejected[:0], o.Quiet[:0]
+}
 
 // Clock tells the wall time. Processors never read time.Now themselves: live
 // runs pass the system clock, replays and tests a fixed one.

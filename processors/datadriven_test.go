@@ -25,11 +25,12 @@ import (
 //	config timeframe=1m lateness=0s [gap_fill] [dedupe] [live] [max_future=5s]
 //	       [idle_timeout=30s] [max_idle=3m] [zone=Asia/Seoul] [symbols=(A,B)]
 //	       [max_bytes=N] [now=HH:MM:SS] [no_qty] [no_id] [key=s time=t price=p qty=q id=i]
-//	       [key_check]
+//	       [key_check] [rollups=(5m,1h)]
 //	rollup from=1m to=5m [zone=…]
 //	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record;
 //	                    "k=KEY " sets the record key ("k=<nil>": none), default the key field's value
-//	candles             rollup input, one candle per line in the output format
+//	candles             rollup input, one candle per line in the output format;
+//	                    "quiet KEY TIME" delivers a QuietMark
 //	tick now=…          moves the clock and calls Tick
 //	watermark | active | state
 //	restart             moves the state through Changes → a fresh processor → Restore
@@ -145,6 +146,20 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 			switch {
 			case line == "<empty>":
 				val = []byte{}
+			case d.Cmd == "candles" && strings.HasPrefix(line, "quiet "):
+				f := strings.Fields(line)
+				r, ok := h.p.(*Rollup)
+				if len(f) != 3 || !ok {
+					d.Fatalf(t, "quiet line %q: want quiet KEY TIME, for a rollup", line)
+				}
+				until, err := parseTime(f[2])
+				if err != nil {
+					d.Fatalf(t, "quiet line %q: %v", line, err)
+				}
+				out.Reset()
+				r.Quiet(QuietMark{Key: f[1], Until: until.UnixMilli()}, out)
+				fmtOutput(&b, out)
+				continue
 			case d.Cmd == "candles" && !strings.HasPrefix(line, "raw "):
 				val = h.candleJSON(t, d, line)
 			case d.Cmd == "candles":
@@ -265,6 +280,16 @@ func (h *ddHarness) aggregator(t *testing.T, d *datadriven.TestData, args map[st
 		}
 	}
 	dc.KeyCheck = flag("key_check")
+	var rollups []candle.Timeframe
+	if s, ok := args["rollups"]; ok {
+		for _, r := range strings.Split(s, ",") {
+			rtf, err := candle.ParseTimeframe(r, zone(t, d, args))
+			if err != nil {
+				d.Fatalf(t, "rollups: %v", err)
+			}
+			rollups = append(rollups, rtf)
+		}
+	}
 	h.keyField = f.Key
 	dec, err := NewDecoder(dc)
 	if err != nil {
@@ -272,7 +297,7 @@ func (h *ddHarness) aggregator(t *testing.T, d *datadriven.TestData, args map[st
 	}
 	return NewAggregator(CandleConfig{Timeframe: tf, Lateness: dur("lateness"), IdleTimeout: dur("idle_timeout"),
 		MaxFuture: dur("max_future"), MaxIdle: dur("max_idle"), Dedupe: flag("dedupe"), GapFill: flag("gap_fill"),
-		Live: flag("live"), Decoder: dec}, h.clock)
+		Live: flag("live"), Decoder: dec, Rollups: rollups}, h.clock)
 }
 
 // candleJSON turns a line in the output format into a sub-candle record.

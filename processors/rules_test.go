@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/kandle/kandle/candle"
 )
 
 // TestRejectedRecordsNeverMoveWatermark: DESIGN.md → "Rejected records
@@ -171,4 +173,79 @@ func TestOneKeyOnePartition(t *testing.T) {
 	if twice == 0 {
 		t.Fatal("without key_check no window got two finals: the input does not exercise the check")
 	}
+}
+
+// TestQuietKeyFreed: a key that stops trading gets gap candles for
+// max_idle, its last rollup window closes (as direct aggregation closes it,
+// not when the key trades again, which here it never does), and then the
+// key holds no memory and no state entry in the aggregator nor the rollup:
+// both reported the deletion through Changes.
+func TestQuietKeyFreed(t *testing.T) {
+	tf1, tf5 := tfOf(t, "1m", nil), tfOf(t, "5m", nil)
+	a := newAgg(t, tf1, func(c *CandleConfig) {
+		c.Lateness, c.MaxIdle, c.Rollups = 2*time.Second, 3*time.Minute, []candle.Timeframe{tf5}
+	})
+	direct := newAgg(t, tf5, func(c *CandleConfig) { c.Lateness, c.MaxIdle = 2*time.Second, 3*time.Minute })
+	r, err := NewRollup(RollupConfig{From: tf1, To: tf5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aggSt, rollSt := store{}, store{}
+	var rolled, want []candle.Candle
+	sawBTC := map[string]bool{}
+	feed := func(sym string, at time.Duration, id int) {
+		t.Helper()
+		rec := Record{Offset: int64(id), Value: fmt.Appendf(nil, `{"s":%q,"t":%d,"p":"%d","q":"1","i":%d}`,
+			sym, baseDay.Add(at).UnixMilli(), 10+id%7, id)}
+		var out, dout Output
+		a.Process(rec, &out)
+		direct.Process(rec, &dout)
+		want = append(want, dout.Candles...)
+		items := rollupItems(t, r, levelOut(nil, &out))
+		rolled = append(rolled, candlesOf(items)...)
+		aggSt.apply(a)
+		rollSt.apply(r)
+		if _, ok := rollSt["kBTC"]; ok {
+			sawBTC["rollup"] = true
+		}
+	}
+	id := 0
+	// BTC trades from 10:00 to 10:06:10, then never again; ETH goes on.
+	for s := time.Duration(0); s <= 370*time.Second; s += 10 * time.Second {
+		id++
+		feed("BTC", 10*time.Hour+s, id)
+		id++
+		feed("ETH", 10*time.Hour+s+time.Second, id)
+	}
+	if !sawBTC["rollup"] {
+		t.Fatal("the rollup never stored BTC: nothing to free")
+	}
+	for s := 380 * time.Second; s <= 30*time.Minute; s += 10 * time.Second {
+		id++
+		feed("ETH", 10*time.Hour+s, id)
+	}
+	if _, ok := aggSt["kBTC"]; ok {
+		t.Error("the aggregator still stores BTC after its run ended")
+	}
+	if _, ok := rollSt["kBTC"]; ok {
+		t.Error("the rollup still stores BTC after its last window closed")
+	}
+	if k, _ := a.keys.getString("BTC"); k != nil {
+		t.Errorf("the aggregator still holds BTC in memory: %+v", k)
+	}
+	if r.keys["BTC"] != nil {
+		t.Errorf("the rollup still holds BTC in memory: %+v", r.keys["BTC"])
+	}
+	var last candle.Candle
+	for _, c := range rolled {
+		if c.Symbol == "BTC" {
+			last = c
+		}
+	}
+	// Last trade 10:06:10, max_idle 3m: 1m gap candles up to 10:09; the 5m
+	// window 10:05 is the last, closed by the quiet mark at 10:10.
+	if last.OpenTime != baseDay.Add(10*time.Hour+5*time.Minute).UnixMilli() {
+		t.Errorf("last BTC rollup candle %s, want the 10:05 window", fmtCandle(&last))
+	}
+	sameCandles(t, "rollup with a quiet key", byKey(rolled), byKey(want))
 }

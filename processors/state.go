@@ -29,9 +29,13 @@ const (
 	stateVersion   = 1
 )
 
-// flagPrevTS marks a key entry that stores prevTS (after lastTS). Older
-// entries lack it and restore prevTS as lastTS.
-const flagPrevTS = 4
+// Key entry flags beyond started and hasPrev. flagPrevTS marks an entry
+// that stores prevTS (after lastTS); older entries lack it and restore
+// prevTS as lastTS. flagQuiet: the key is quiet, quietAt and quietNext follow.
+const (
+	flagPrevTS = 4
+	flagQuiet  = 8
+)
 
 var errCorrupt = errors.New("truncated or corrupt state entry")
 
@@ -199,11 +203,19 @@ func appendDec(b []byte, d decimal.Decimal) []byte {
 }
 
 func encodeKey(b []byte, k *keyState) []byte {
-	b = append(b, stateVersion, boolBits(k.started, k.hasPrev)|flagPrevTS)
+	flags := boolBits(k.started, k.hasPrev) | flagPrevTS
+	if k.quiet {
+		flags |= flagQuiet
+	}
+	b = append(b, stateVersion, flags)
 	b = binary.AppendVarint(b, k.nextOpen)
 	b = binary.AppendVarint(b, k.nextClose-k.nextOpen)
 	b = binary.AppendVarint(b, k.lastTS)
 	b = binary.AppendVarint(b, k.prevTS)
+	if k.quiet {
+		b = binary.AppendVarint(b, k.quietAt)
+		b = binary.AppendVarint(b, k.quietNext)
+	}
 	if k.hasPrev {
 		b = appendDec(b, k.prevClose)
 	}
@@ -234,6 +246,9 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 	k.prevTS = k.lastTS // entries written before prevTS was stored
 	if val[1]&flagPrevTS != 0 {
 		k.prevTS = r.varint()
+	}
+	if k.quiet = val[1]&flagQuiet != 0; k.quiet {
+		k.quietAt, k.quietNext = r.varint(), r.varint()
 	}
 	if k.hasPrev {
 		k.prevClose = r.dec()
