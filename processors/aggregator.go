@@ -145,7 +145,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
 		keyCheck: cfg.Decoder.cfg.KeyCheck, rollups: slices.Clone(cfg.Rollups),
-		dec:      cfg.Decoder, clock: clock,
+		dec: cfg.Decoder, clock: clock,
 		keys: newTable[*keyState](),
 	}, nil
 }
