@@ -21,10 +21,10 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 		return
 	}
 	if !a.gapFill {
-		w := k.wins[0]
+		end := k.wins[0].close // emitWindow recycles the window
 		a.emitWindow(k, out)
 		if len(k.wins) == 0 {
-			a.endRun(k, w.close)
+			a.endRun(k, end)
 			return
 		}
 		a.schedule(k)

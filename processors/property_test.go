@@ -268,25 +268,29 @@ func TestRollupEqualsDirectQuiet(t *testing.T) {
 		loc               *time.Location
 		s                 stream
 		lateness, maxIdle time.Duration
+		noGap             bool // gap_fill off: a run ends whenever a key has no open window
 	}{
 		{"1m→5m", []string{"1m", "5m"}, nil,
 			stream{keys: 5, n: 3000, start: baseDay, step: 2 * time.Second, jump: 20 * time.Minute, jitter: 20 * time.Second, fade: true},
-			30 * time.Second, 3 * time.Minute},
+			30 * time.Second, 3 * time.Minute, false},
 		{"1m→5m→1h", []string{"1m", "5m", "1h"}, nil,
 			stream{keys: 4, n: 3000, start: baseDay, step: 5 * time.Second, jump: 80 * time.Minute, jitter: 50 * time.Second, fade: true},
-			time.Minute, 7 * time.Minute},
+			time.Minute, 7 * time.Minute, false},
 		{"1m→1h", []string{"1m", "1h"}, nil,
 			stream{keys: 5, n: 3000, start: baseDay, step: 5 * time.Second, jump: time.Hour, jitter: 30 * time.Second},
-			40 * time.Second, 90 * time.Second},
+			40 * time.Second, 90 * time.Second, false},
 		{"1d→1w Seoul", []string{"1d", "1w"}, seoul,
 			stream{keys: 3, n: 1500, start: baseDay, step: 2 * time.Hour, jump: 10 * 24 * time.Hour, jitter: 3 * time.Hour, fade: true},
-			4 * time.Hour, 50 * time.Hour},
+			4 * time.Hour, 50 * time.Hour, false},
 		{"1d→1M New York", []string{"1d", "1M"}, ny,
 			stream{keys: 3, n: 1500, start: time.Date(2024, 1, 20, 0, 0, 0, 0, time.UTC), step: 6 * time.Hour, jump: 40 * 24 * time.Hour, jitter: 5 * time.Hour, fade: true},
-			6 * time.Hour, 5 * 24 * time.Hour},
+			6 * time.Hour, 5 * 24 * time.Hour, false},
 		{"1h→1d Seoul", []string{"1h", "1d"}, seoul,
 			stream{keys: 3, n: 2000, start: baseDay, step: 30 * time.Minute, jump: 3 * 24 * time.Hour, jitter: 20 * time.Minute, fade: true},
-			30 * time.Minute, 5 * time.Hour},
+			30 * time.Minute, 5 * time.Hour, false},
+		{"1m→5m→1h without gap fill", []string{"1m", "5m", "1h"}, nil,
+			stream{keys: 6, n: 3000, start: baseDay, step: 10 * time.Second, jump: 80 * time.Minute, jitter: 20 * time.Second, fade: true},
+			30 * time.Second, 0, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -299,7 +303,9 @@ func TestRollupEqualsDirectQuiet(t *testing.T) {
 					tfs[i] = tfOf(t, s, c.loc)
 				}
 				cfg := func(rollups []candle.Timeframe) func(*CandleConfig) {
-					return func(cfg *CandleConfig) { cfg.Lateness, cfg.MaxIdle, cfg.Rollups = c.lateness, c.maxIdle, rollups }
+					return func(cfg *CandleConfig) {
+						cfg.Lateness, cfg.MaxIdle, cfg.Rollups, cfg.GapFill = c.lateness, c.maxIdle, rollups, !c.noGap
+					}
 				}
 				level := aggItems(t, newAgg(t, tfs[0], cfg(tfs[1:])), recs)
 				for _, it := range level {
