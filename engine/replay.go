@@ -253,7 +253,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 						}
 						continue
 					}
-					if ferr := p.Feed(srcName, r.Partition, r.Offset, r.Value); ferr != nil && err == nil {
+					if ferr := p.Feed(srcName, r.Partition, r.Offset, r.Key, r.Value); ferr != nil && err == nil {
 						err = ferr
 					}
 					prog.Records++

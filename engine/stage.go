@@ -201,7 +201,7 @@ func (s *liveStage) loop(ctx context.Context) error {
 				if r.Offset < ps.nextInput {
 					continue // already reflected in the restored state
 				}
-				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Value: r.Value}, &s.out)
+				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value}, &s.out)
 				ps.nextInput = r.Offset + 1
 				n++
 			}

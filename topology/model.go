@@ -79,6 +79,7 @@ type Source struct {
 	Fields         Fields   `yaml:"fields" doc:"Which JSON fields hold the key, event time, price, quantity and id."`
 	Symbols        []string `yaml:"symbols" doc:"Optional whitelist of keys; others are rejected with reason unknown_key."`
 	MaxRecordBytes int      `yaml:"max_record_bytes" default:"65536" doc:"Records larger than this are rejected with reason oversized."`
+	KeyCheck       bool     `yaml:"key_check" default:"true" doc:"Reject (reason key_mismatch) a record whose record key (Kafka) or partition key (Kinesis) is not its key field's value, or that has no key: a key spread over two partitions would get two final candles per window. Turn off only for a producer that routes keys to partitions some other way."`
 	Kinesis        Kinesis  `yaml:"kinesis" doc:"Kinesis stream settings (kind kinesis)."`
 }
 
@@ -113,8 +114,8 @@ type Processor struct {
 	Zone        string        `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
 	Lateness    time.Duration `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
 	IdleTimeout time.Duration `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
-	MaxFuture   time.Duration `yaml:"max_future" default:"1m" doc:"Records stamped further than this ahead of the clock are rejected (reason future). 0 disables."`
-	MaxIdle     time.Duration `yaml:"max_idle" default:"24h" doc:"A key without trades for this long (event time) stops getting gap candles."`
+	MaxFuture   time.Duration `yaml:"max_future" default:"1s" doc:"Records stamped further than this ahead of the clock are rejected (reason future). At most lateness: a record max_future ahead moves the watermark to at most the clock + max_future - lateness, so trades less than lateness - max_future behind the clock are never late. 0 disables."`
+	MaxIdle     time.Duration `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever."`
 	Dedupe      bool          `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
 	GapFill     bool          `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
 	Output      Output        `yaml:"output" doc:"Topic the closed candles are written to. Default: <topology>.<processor>."`
