@@ -92,7 +92,7 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 	}
 
 	// A compatible edit: idle_timeout and max_future of c1m.
-	f.top = f.reparse("lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1m", "lateness: 2s, idle_timeout: 1h, max_future: 87600h, output: {topic: c.1m")
+	f.top = f.reparse("lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1m", "lateness: 2s, idle_timeout: 1h, max_future: 2s, output: {topic: c.1m")
 	r = f.start(dir, "a")
 	f.produce(3000, 2, t0.Add(time.Hour), time.Hour)
 	f.waitFor(f.replay(), 90*time.Second)

@@ -23,7 +23,8 @@ import (
 //
 // Everything else is compatible: idle_timeout and max_future (they decide
 // when a live partition moves on, not what a window holds), the output
-// topic, the symbols whitelist, max_record_bytes, sinks and commit settings.
+// topic, the symbols whitelist, max_record_bytes, key_check, sinks and
+// commit settings.
 // Changing them takes effect from the next record; the state stays valid.
 type Fingerprint struct {
 	Processor string

@@ -81,8 +81,8 @@ func TestFingerprintWhichSettingsMatter(t *testing.T) {
 		{"zone of minute windows", "timeframe: 1m}", "timeframe: 1m, zone: Asia/Seoul}", nil},
 		{"upstream output topic", "timeframe: 1m}", "timeframe: 1m, output: {topic: other}}", map[string][]string{
 			"c5m": {"input"}, "c1d": {"from.input"}}},
-		{"idle_timeout and max_future", "timeframe: 1m}", "timeframe: 1m, idle_timeout: 30s, max_future: 5s}", nil},
-		{"whitelist and record size", "{topic: trades}", "{topic: trades, symbols: [BTC], max_record_bytes: 100}", nil},
+		{"idle_timeout and max_future", "timeframe: 1m}", "timeframe: 1m, idle_timeout: 30s, max_future: 1500ms}", nil},
+		{"whitelist, record size, key check", "{topic: trades}", "{topic: trades, symbols: [BTC], max_record_bytes: 100, key_check: false}", nil},
 		{"leaf output topic", "timeframe: 1d}", "timeframe: 1d, output: {topic: days}}", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,6 +126,7 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 		"partitions":        "creation count of the topic only",
 		"symbols":           "rejects keys at the door; kept keys mean the same",
 		"max_record_bytes":  "rejects records at the door",
+		"key_check":         "rejects records at the door (key_mismatch); accepted ones mean the same",
 		"region":            "where the stream is, not what it holds",
 		"endpoint":          "where the stream is",
 		"lease_table":       "Kinesis leases are hints; the changelog is the state",

@@ -24,7 +24,7 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 			"  new      no state yet: it starts empty and reads its input from the earliest retained record;\n"+
 			"  dropped  no longer in NEW: its state and consumer group stay unused until you delete them.\n"+
 			"OUTPUT says whether its candles change from then on. Compatible edits (idle_timeout, max_future,\n"+
-			"output topic, symbols, sinks) are listed but keep the state.\n\n"+
+			"output topic, symbols, key_check, sinks) are listed but keep the state.\n\n"+
 			"With --against OLD it compares two topology files and needs no broker. Without it, it compares NEW\n"+
 			"with the fingerprints the running group recorded on the brokers (topic <name>.fingerprints).")
 	top := topologyFlag(fs)
@@ -155,6 +155,7 @@ func compatibleChanges(old, cur *topology.Topology, name string) []string {
 		if osrc, nsrc := old.Sources[o.From], cur.Sources[n.From]; osrc != nil && nsrc != nil {
 			add("symbols", osrc.Symbols, nsrc.Symbols)
 			add("max_record_bytes", osrc.MaxRecordBytes, nsrc.MaxRecordBytes)
+			add("key_check", osrc.KeyCheck, nsrc.KeyCheck)
 		}
 	}
 	add("output topic", o.Output.Topic, n.Output.Topic)
