@@ -6,15 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"io/fs"
 	"os"
+	"path"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/format"
 
@@ -26,14 +28,14 @@ import (
 // reads each object's footer, skips the row groups whose open_time
 // statistics lie outside the range, and reads only the columns a candle
 // needs (not symbol and timeframe, which the partition names). Every read
-// is a GET with an explicit byte range computed from HeadObject's size
-// (never a suffix range: some S3 emulators answer those wrongly).
+// is a GET with an explicit byte range computed from the object's size as
+// listed (never a suffix range: some S3 emulators answer those wrongly).
 type Reader struct {
 	cfg    Config
 	client *s3.Client // nil for a file:// lake
 	loc    location
 
-	reads, bytes atomic.Int64
+	reads, bytes, lists atomic.Int64
 }
 
 // NewReader connects to the lake of cfg (checking the bucket exists).
@@ -60,45 +62,49 @@ func NewReader(ctx context.Context, cfg Config, opts ...Option) (*Reader, error)
 }
 
 // ReadStats returns how many ranged reads the reader made and how many
-// bytes they returned (HeadObject calls not included).
+// bytes they returned (LIST calls not included; see Lists).
 func (r *Reader) ReadStats() (reads, bytes int64) { return r.reads.Load(), r.bytes.Load() }
+
+// Lists returns how many LIST calls the reader made.
+func (r *Reader) Lists() int64 { return r.lists.Load() }
 
 // ObjectSize returns the size of the partition object of (symbol, tf) that
 // holds openTime, or 0 when there is none (for measurements).
 func (r *Reader) ObjectSize(ctx context.Context, symbol, tf string, openTime int64) (int64, error) {
-	obj, ok, err := r.open(ctx, PartitionPath(tf, symbol, openTime))
-	if err != nil || !ok {
+	ps, err := r.partitions(ctx, symbol, tf, dayOf(openTime), dayOf(openTime))
+	if err != nil || len(ps) == 0 {
 		return 0, err
 	}
-	obj.Close()
-	return obj.size, nil
+	return ps[0].size, nil
 }
 
 // Candles returns at most limit candles (limit <= 0: all) of symbol and
 // timeframe tf with open_time in [from, to), oldest first, or newest first
-// with newestFirst. Partitions are visited in that direction and reading
-// stops once limit candles are found, so a page of recent history touches
-// only the newest days.
+// with newestFirst. The series' partitions are listed (one LIST call per
+// thousand days, so days without an object cost nothing), visited in that
+// direction, and reading stops once limit candles are found, so a page of
+// recent history touches only the newest objects.
 func (r *Reader) Candles(ctx context.Context, symbol string, tf candle.Timeframe, from, to int64, limit int, newestFirst bool) ([]candle.Candle, error) {
 	if to <= from {
 		return nil, nil
 	}
-	days := partitionDays(tf, from, to)
+	parts, err := r.partitions(ctx, symbol, tf.String(), dayOf(from), dayOf(to-1))
+	if err != nil {
+		return nil, err
+	}
 	if newestFirst {
-		for i, j := 0, len(days)-1; i < j; i, j = i+1, j-1 {
-			days[i], days[j] = days[j], days[i]
-		}
+		slices.Reverse(parts)
 	}
 	conc := max(r.cfg.Concurrency, 1)
 	var out []candle.Candle
-	for start := 0; start < len(days); start += conc {
-		batch := days[start:min(start+conc, len(days))]
+	for start := 0; start < len(parts); start += conc {
+		batch := parts[start:min(start+conc, len(parts))]
 		res := make([][]candle.Candle, len(batch))
 		errs := make([]error, len(batch))
 		var wg sync.WaitGroup
-		for i, day := range batch {
+		for i, p := range batch {
 			wg.Go(func() {
-				res[i], errs[i] = r.readPartition(ctx, symbol, tf.String(), day*86_400_000, from, to)
+				res[i], errs[i] = r.readPartition(ctx, symbol, tf.String(), p, from, to)
 			})
 		}
 		wg.Wait()
@@ -108,9 +114,7 @@ func (r *Reader) Candles(ctx context.Context, symbol string, tf candle.Timeframe
 			}
 			cs := res[i]
 			if newestFirst {
-				for a, b := 0, len(cs)-1; a < b; a, b = a+1, b-1 {
-					cs[a], cs[b] = cs[b], cs[a]
-				}
+				slices.Reverse(cs)
 			}
 			out = append(out, cs...)
 			if limit > 0 && len(out) >= limit {
@@ -121,26 +125,73 @@ func (r *Reader) Candles(ctx context.Context, symbol string, tf candle.Timeframe
 	return out, nil
 }
 
-// partitionDays lists the UTC days that can hold a partition of candles
-// opening in [from, to): every day for timeframes shorter than a day, only
-// the days windows open on for longer ones (a range of years of 1M candles
-// touches a few dozen objects, not thousands of days).
-func partitionDays(tf candle.Timeframe, from, to int64) []int64 {
-	first := tf.Start(from)
-	if tf.End(first)-first < 86_400_000 {
-		var days []int64
-		for d := dayOf(from); d <= dayOf(to-1); d++ {
-			days = append(days, d)
+// partition is one existing object of a series.
+type partition struct {
+	key  string // relative to the lake root
+	size int64
+}
+
+// partitions lists the objects of (symbol, tf) for UTC days first..last,
+// oldest first.
+func (r *Reader) partitions(ctx context.Context, symbol, tf string, first, last int64) ([]partition, error) {
+	lo, hi := PartitionPath(tf, symbol, first*86_400_000), PartitionPath(tf, symbol, last*86_400_000)
+	dir := path.Dir(path.Dir(path.Dir(path.Dir(lo)))) // timeframe=…/symbol=…
+	var out []partition
+	if r.client == nil {
+		root := filepath.Join(r.loc.dir, filepath.FromSlash(dir))
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if d.IsDir() || d.Name() != ObjectName {
+				return nil
+			}
+			rel, err := filepath.Rel(r.loc.dir, p)
+			if err != nil {
+				return err
+			}
+			if key := filepath.ToSlash(rel); key >= lo && key <= hi {
+				info, err := d.Info()
+				if err != nil {
+					return err
+				}
+				out = append(out, partition{key, info.Size()})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("s3parquet: list %s: %w", root, err)
 		}
-		return days
+		slices.SortFunc(out, func(a, b partition) int { return strings.Compare(a.key, b.key) })
+		return out, nil
 	}
-	var days []int64
-	for o := first; o < to; o = tf.End(o) {
-		if d := dayOf(o); len(days) == 0 || days[len(days)-1] != d {
-			days = append(days, d)
+	st := &s3Store{client: r.client, bucket: r.loc.bucket, prefix: r.loc.prefix}
+	full := st.key("")
+	// Keys sort by date (zero-padded year, month, day): list from the
+	// first day on and stop after the last.
+	in := &s3.ListObjectsV2Input{Bucket: aws.String(st.bucket), Prefix: aws.String(st.key(dir) + "/"),
+		StartAfter: aws.String(st.key(path.Dir(lo)))}
+	p := s3.NewListObjectsV2Paginator(r.client, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("s3parquet: list %s: %w", st.where(dir), err)
+		}
+		r.lists.Add(1)
+		for _, o := range page.Contents {
+			key := strings.TrimPrefix(aws.ToString(o.Key), full)
+			if key > hi {
+				return out, nil
+			}
+			if key >= lo && path.Base(key) == ObjectName {
+				out = append(out, partition{key, aws.ToInt64(o.Size)})
+			}
 		}
 	}
-	return days
+	return out, nil
 }
 
 // object is one opened lake object.
@@ -156,44 +207,18 @@ func (o *object) Close() {
 	}
 }
 
-// open finds the object at key (relative to the lake root).
-func (r *Reader) open(ctx context.Context, key string) (*object, bool, error) {
+// open opens the object of partition p (its size comes from the listing).
+func (r *Reader) open(ctx context.Context, p partition) (*object, error) {
 	if r.client == nil {
-		p := (&fileStore{dir: r.loc.dir}).where(key)
-		f, err := os.Open(p)
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, false, nil
-		}
+		name := (&fileStore{dir: r.loc.dir}).where(p.key)
+		f, err := os.Open(name)
 		if err != nil {
-			return nil, false, fmt.Errorf("s3parquet: open %s: %w", p, err)
+			return nil, fmt.Errorf("s3parquet: open %s: %w", name, err)
 		}
-		st, err := f.Stat()
-		if err != nil {
-			f.Close()
-			return nil, false, fmt.Errorf("s3parquet: stat %s: %w", p, err)
-		}
-		return &object{ReaderAt: &countingReaderAt{r: f, reader: r}, size: st.Size(), close: func() { f.Close() }}, true, nil
+		return &object{ReaderAt: &countingReaderAt{r: f, reader: r}, size: p.size, close: func() { f.Close() }}, nil
 	}
 	st := &s3Store{client: r.client, bucket: r.loc.bucket, prefix: r.loc.prefix}
-	k := st.key(key)
-	head, err := r.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(st.bucket), Key: aws.String(k)})
-	if err != nil {
-		var nf *types.NotFound
-		var nsk *types.NoSuchKey
-		if errors.As(err, &nf) || errors.As(err, &nsk) || apiCode(err) == "NotFound" || apiCode(err) == "NoSuchKey" || notFoundStatus(err) {
-			return nil, false, nil
-		}
-		return nil, false, fmt.Errorf("s3parquet: head %s: %w", st.where(key), err)
-	}
-	size := aws.ToInt64(head.ContentLength)
-	return &object{ReaderAt: &rangeReaderAt{ctx: ctx, r: r, bucket: st.bucket, key: k, where: st.where(key), size: size}, size: size}, true, nil
-}
-
-// notFoundStatus reports an HTTP 404 (HeadObject has no error body, so
-// some servers' answers carry no error code).
-func notFoundStatus(err error) bool {
-	var re interface{ HTTPStatusCode() int }
-	return errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound
+	return &object{ReaderAt: &rangeReaderAt{ctx: ctx, r: r, bucket: st.bucket, key: st.key(p.key), where: st.where(p.key), size: p.size}, size: p.size}, nil
 }
 
 // rangeReaderAt reads an S3 object with one ranged GET per ReadAt.
@@ -254,10 +279,10 @@ var candleColumns = []string{"open_time", "close_time", "open", "high", "low", "
 
 // readPartition returns the candles of one partition object with open_time
 // in [from, to), oldest first.
-func (r *Reader) readPartition(ctx context.Context, symbol, tf string, dayStart, from, to int64) ([]candle.Candle, error) {
-	key := PartitionPath(tf, symbol, dayStart)
-	obj, ok, err := r.open(ctx, key)
-	if err != nil || !ok {
+func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partition, from, to int64) ([]candle.Candle, error) {
+	key := p.key
+	obj, err := r.open(ctx, p)
+	if err != nil {
 		return nil, err
 	}
 	defer obj.Close()

@@ -48,7 +48,7 @@ func TestReaderRanges(t *testing.T) {
 				{first, last + 60_000},                       // everything, across two midnights
 				{first - 86_400_000, first + 5*60_000},       // starts on a day without objects
 				{first + 61*60_000, first + 3*60*60_000 + 7}, // ragged ends
-				{last, last + 86_400_000 * 2},                // past the newest object
+				{last, last + 86_400_000*2},                  // past the newest object
 				{first + 30*60_000, first + 30*60_000 + 1},   // one candle
 			}
 			for _, rg := range ranges {
