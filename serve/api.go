@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -185,15 +184,6 @@ func (s *Server) checkSpan(tf candle.Timeframe, from, to int64) error {
 	return nil
 }
 
-// defaultFrom bounds an open start: at most max_range_windows before end.
-func (s *Server) defaultFrom(tf candle.Timeframe, to int64) int64 {
-	w := windowMillis(tf)
-	if w <= 0 || to/w <= s.o.Config.MaxRangeWindows {
-		return 0
-	}
-	return to - s.o.Config.MaxRangeWindows*w
-}
-
 // cursor is a position for the next page: the remaining range and order.
 type cursor struct {
 	Symbol string `json:"s"`
@@ -271,11 +261,8 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 			} else if q.to <= q.from {
 				return bad("start is after every candle")
 			}
-		} else {
-			q.from = s.defaultFrom(tf, q.to)
-			if q.to <= q.from {
-				return bad("end: must be after 1970-01-01")
-			}
+		} else if q.to <= 0 {
+			return bad("end: must be after 1970-01-01")
 		}
 	}
 	cs, more, err := s.candles(r.Context(), q)
@@ -381,8 +368,7 @@ func (s *Server) handleKlines(w http.ResponseWriter, r *http.Request) error {
 			return bad("startTime is after every candle")
 		}
 	} else {
-		q.desc = true
-		q.from = s.defaultFrom(tf, q.to)
+		q.desc = true // the most recent candles before endTime
 	}
 	cs, _, err := s.candles(r.Context(), q)
 	if err != nil {
@@ -564,8 +550,8 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 			return err
 		}
 		// countback asks for that many bars before to, wherever from is.
-		q.desc, q.from = true, s.defaultFrom(tf, q.to)
-		if q.to <= q.from {
+		q.desc, q.from = true, 0
+		if q.to <= 0 {
 			return bad("to: must be after 1970-01-01")
 		}
 	} else if err := s.checkSpan(tf, q.from, q.to); err != nil {
@@ -580,7 +566,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	}
 	if len(cs) == 0 {
 		b := []byte(`{"s":"no_data"`)
-		prev, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, from: s.defaultFrom(tf, q.from), to: q.from, limit: 1, desc: true})
+		prev, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, from: 0, to: q.from, limit: 1, desc: true})
 		if err != nil {
 			return err
 		}
@@ -616,5 +602,3 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	}
 	return writeJSON(w, append(b, "]}\n"...))
 }
-
-var _ = math.MaxInt64
