@@ -252,6 +252,26 @@ func (c *client) killed() (websocket.StatusCode, string, bool) {
 	return c.code, c.reason, c.reason != ""
 }
 
+// close sends a close frame with the reason and ends the connection. A
+// client that does not answer the close handshake (it stopped reading)
+// is cut off after a second.
+func (c *client) close(code websocket.StatusCode, reason string) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.conn.Close(code, reason)
+	}()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.conn.CloseNow()
+		<-done
+	}
+	c.cancel()
+}
+
 // take returns the queued entries and empties the queue.
 func (c *client) take() []entry {
 	c.mu.Lock()
@@ -272,10 +292,7 @@ func (c *client) writer(ctx context.Context) {
 		case <-c.wake:
 		}
 		if code, reason, ok := c.killed(); ok {
-			// The read loop sees the peer's close frame (or times out)
-			// and ends the connection.
-			c.conn.Close(code, reason)
-			c.cancel()
+			c.close(code, reason)
 			return
 		}
 		for _, e := range c.take() {
@@ -290,8 +307,7 @@ func (c *client) writer(ctx context.Context) {
 			if err != nil {
 				if ctx.Err() == nil {
 					c.kill(websocket.StatusTryAgainLater, "write timed out: the client reads too slowly", "write")
-					c.conn.Close(websocket.StatusTryAgainLater, "write timed out: the client reads too slowly")
-					c.cancel()
+					c.close(websocket.StatusTryAgainLater, "write timed out: the client reads too slowly")
 				}
 				return
 			}
