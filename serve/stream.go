@@ -381,6 +381,12 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 			opts.OriginPatterns = append(opts.OriginPatterns, u.Host)
 		}
 	}
+	// The server's read and write timeouts are for API requests; a stream
+	// lives on, watched by pings and write_wait instead.
+	rc := http.NewResponseController(w)
+	if err := errors.Join(rc.SetReadDeadline(time.Time{}), rc.SetWriteDeadline(time.Time{})); err != nil {
+		s.log.Warn("stream: cannot clear the connection deadlines", "err", err)
+	}
 	conn, err := websocket.Accept(w, r, opts)
 	if err != nil {
 		return // Accept wrote the error

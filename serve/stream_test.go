@@ -161,7 +161,8 @@ func TestStreamSnapshotThenForwardOnly(t *testing.T) {
 // TestOneSubscriptionPerChannel: many clients on one series share one
 // feed subscription, and every one of them gets every update.
 func TestOneSubscriptionPerChannel(t *testing.T) {
-	f := newStream(t, nil)
+	// Short HTTP timeouts: they must not end streams (only API requests).
+	f := newStream(t, func(o *Options) { o.Config.ReadTimeout, o.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond })
 	cs := series("BTC/USDT", f.m1, time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).UnixMilli(), 3, 9)
 	f.mem.Active(cs[0])
 	var conns []*websocket.Conn
@@ -181,6 +182,7 @@ func TestOneSubscriptionPerChannel(t *testing.T) {
 	if subs != 1 {
 		t.Fatalf("feed holds %d subscriptions", subs)
 	}
+	time.Sleep(300 * time.Millisecond) // past both HTTP timeouts
 	f.mem.Active(cs[1])
 	for i, c := range conns {
 		if m := recv(t, c); m.OpenTime != cs[1].OpenTime {
