@@ -67,6 +67,7 @@
       state.cursor = res.next_cursor || "";
       precisionOf(state.bars);
       series.setData(state.bars);
+      if (state.bars.length < 200) chart.timeScale().fitContent();
       chart.timeScale().applyOptions({ secondsVisible: state.timeframe.endsWith("s") });
       publish();
       subscribe();
