@@ -162,7 +162,9 @@ func TestStreamSnapshotThenForwardOnly(t *testing.T) {
 // feed subscription, and every one of them gets every update.
 func TestOneSubscriptionPerChannel(t *testing.T) {
 	// Short HTTP timeouts: they must not end streams (only API requests).
-	f := newStream(t, func(o *Options) { o.Config.ReadTimeout, o.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond })
+	f := newStream(t, func(o *Options) {
+		o.Config.ReadTimeout, o.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
+	})
 	cs := series("BTC/USDT", f.m1, time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).UnixMilli(), 3, 9)
 	f.mem.Active(cs[0])
 	var conns []*websocket.Conn
