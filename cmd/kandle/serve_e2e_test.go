@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/serve"
 )
 
@@ -168,5 +171,81 @@ func TestServeEqualsTopics(t *testing.T) {
 	}
 	if reads, bytes := o.Cold.(coldStore).r.ReadStats(); reads == 0 || bytes == 0 {
 		t.Fatalf("the lake was never read (%d reads, %d bytes): ranges older than the horizon must come from cold", reads, bytes)
+	}
+}
+
+// TestServeCommand runs `kandle serve` as users do: it prints the chart
+// page's URL, answers the API from the topology's stores, refuses requests
+// without the token, and stops at startup when the token variable is unset.
+func TestServeCommand(t *testing.T) {
+	redis := testkit.Redis(t)
+	top := writeFile(t, "serve.yaml", fmt.Sprintf(`name: sv
+sources:
+  trades: {topic: trades, symbols: [BTC-USD, ETH-USD]}
+processors:
+  1m: {kind: candles, from: trades, timeframe: 1m}
+  5m: {kind: rollup, from: 1m, timeframe: 5m}
+sinks:
+  live: {kind: valkey, from: [1m, 5m], addrs: [%q]}
+serve:
+  listen: 127.0.0.1:0
+  auth_token_env: SV_TOKEN
+`, redis.Addr))
+	var out sxBuffer
+	if code := realMain(context.Background(), []string{"serve", "-t", top}, &out, &out); code == 0 || !strings.Contains(out.String(), "SV_TOKEN is unset or empty; export SV_TOKEN=") {
+		t.Fatalf("without the token variable: exit %d\n%s", code, out.String())
+	}
+	t.Setenv("SV_TOKEN", "tok")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	out = sxBuffer{}
+	code := -1
+	wg.Go(func() { code = realMain(ctx, []string{"serve", "-t", top}, &out, &out) })
+	var base string
+	re := regexp.MustCompile(`chart page at (http://\S+)/ `)
+	for deadline := time.Now().Add(20 * time.Second); base == ""; {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no URL printed:\n%s", out.String())
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if c, b := get("/v1/timeframes", ""); c != 401 {
+		t.Errorf("without token: %d %s", c, b)
+	}
+	if c, b := get("/v1/timeframes", "tok"); c != 200 || b != `{"timeframes":["1m","5m"]}`+"\n" {
+		t.Errorf("timeframes: %d %s", c, b)
+	}
+	if c, b := get("/v1/symbols", "tok"); c != 200 || b != `{"symbols":["BTC-USD","ETH-USD"]}`+"\n" {
+		t.Errorf("symbols: %d %s", c, b)
+	}
+	if c, b := get("/v1/candles?symbol=BTC-USD&timeframe=1m", "tok"); c != 200 || !strings.Contains(b, `"candles":[]`) {
+		t.Errorf("no candles yet: %d %s", c, b)
+	}
+	if c, _ := get("/", ""); c != 200 {
+		t.Errorf("chart page: %d", c)
+	}
+	if c, b := get("/metrics", ""); c != 200 || !strings.Contains(b, "kandle_serve_requests_total") {
+		t.Errorf("metrics: %d", c)
+	}
+	cancel()
+	wg.Wait()
+	if code != 0 {
+		t.Errorf("serve exited %d after Ctrl-C:\n%s", code, out.String())
 	}
 }
