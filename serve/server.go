@@ -130,8 +130,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), c.WriteTimeout)
 	defer scancel()
-	err := srv.Shutdown(sctx)
-	s.hub.closeAll()
+	err := srv.Shutdown(sctx) // hijacked stream connections are not waited for here:
+	s.hub.closeAll()          // they end with ctx (their requests' base context)
+	s.hub.conns.Wait()
 	if err != nil {
 		return fmt.Errorf("serve: shutdown: %w", err)
 	}

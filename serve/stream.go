@@ -27,6 +27,8 @@ type hub struct {
 	mu      sync.Mutex
 	subs    map[key]map[*client]struct{}
 	clients map[*client]struct{}
+
+	conns sync.WaitGroup // stream handlers, waited for by Server.Run
 }
 
 func newHub(s *Server) *hub {
@@ -391,6 +393,8 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept wrote the error
 	}
+	s.hub.conns.Add(1)
+	defer s.hub.conns.Done()
 	conn.SetReadLimit(s.o.Config.MaxMessageBytes)
 	ctx, cancel := context.WithCancel(r.Context())
 	c := &client{h: s.hub, conn: conn, cancel: cancel, pending: map[[2]any]int{}, marks: map[key]mark{},
