@@ -51,8 +51,13 @@ func (h *hub) publish(u Update) {
 	k := key{u.Candle.Symbol, u.Candle.Timeframe}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for c := range h.subs[k] {
-		c.push(k, u)
+	set := h.subs[k]
+	if len(set) == 0 {
+		return
+	}
+	b := updateJSON(nil, u) // encoded once, shared (read-only) by every client
+	for c := range set {
+		c.push(k, u, b)
 	}
 }
 
@@ -154,6 +159,7 @@ type entry struct {
 	k     key
 	open  int64
 	u     Update
+	msg   []byte // u encoded, when the hub encoded it; nil: the writer does
 	reply []byte
 }
 
@@ -176,9 +182,9 @@ type client struct {
 	wake    chan struct{}
 }
 
-// push queues u unless it would go back in time; it never blocks. A full
-// queue disconnects the client.
-func (c *client) push(k key, u Update) {
+// push queues u (msg: its encoding, or nil) unless it would go back in
+// time; it never blocks. A full queue disconnects the client.
+func (c *client) push(k key, u Update, msg []byte) {
 	c.mu.Lock()
 	if c.dead || !c.subs[k] {
 		c.mu.Unlock()
@@ -191,7 +197,7 @@ func (c *client) push(k key, u Update) {
 	c.marks[k] = mark{u.Candle.OpenTime, u.Candle.Trades, u.Final}
 	pk := [2]any{k, u.Candle.OpenTime}
 	if i, ok := c.pending[pk]; ok {
-		c.q[i].u = u
+		c.q[i].u, c.q[i].msg = u, msg
 		c.mu.Unlock()
 		c.h.s.m.coalesced.Inc()
 		return
@@ -202,7 +208,7 @@ func (c *client) push(k key, u Update) {
 		return
 	}
 	c.pending[pk] = len(c.q)
-	c.q = append(c.q, entry{k: k, open: u.Candle.OpenTime, u: u})
+	c.q = append(c.q, entry{k: k, open: u.Candle.OpenTime, u: u, msg: msg})
 	c.mu.Unlock()
 	c.notify()
 }
@@ -299,6 +305,9 @@ func (c *client) writer(ctx context.Context) {
 		}
 		for _, e := range c.take() {
 			msg := e.reply
+			if msg == nil {
+				msg = e.msg
+			}
 			if msg == nil {
 				buf = updateJSON(buf[:0], e.u)
 				msg = buf
@@ -582,7 +591,7 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 				continue
 			}
 			if ok {
-				c.push(k, Update{Candle: cd})
+				c.push(k, Update{Candle: cd}, nil)
 			}
 		}
 	}

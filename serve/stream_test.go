@@ -279,7 +279,7 @@ func TestCoalescing(t *testing.T) {
 	for tr := int64(1); tr <= 10; tr++ {
 		c := cs[0]
 		c.Trades = tr
-		cl.push(k, Update{Candle: c})
+		cl.push(k, Update{Candle: c}, nil)
 	}
 	q := cl.take()
 	if len(q) != 1 || q[0].u.Candle.Trades != 10 {
