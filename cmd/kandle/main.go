@@ -42,6 +42,7 @@ func commands() []command {
 		{"offsets", "show per-partition offsets, lag and watermarks; reset a group to a time", cmdOffsets},
 		{"tables", "create or update the DynamoDB tables a topology declares (tables apply)", cmdTables},
 		{"query", "read candles back from a DynamoDB sink (latest, range, many symbols)", cmdQuery},
+		{"serve", "candle API over hot and cold storage, live WebSocket stream and chart page", cmdServe},
 		{"docs", "print the configuration reference generated from the component specs", cmdDocs},
 	}
 }
