@@ -34,6 +34,10 @@ type Record struct {
 	Partition int32
 	Offset    int64
 	Value     []byte
+	// Timestamp is the record's ingestion time in Unix ms (the Kafka record
+	// timestamp, the Kinesis approximate arrival time); 0 when unknown. Only
+	// time-driven processors (silence) read it.
+	Timestamp int64
 }
 
 // Rejection is a record that changed no candle, with the reason why. The
@@ -50,11 +54,38 @@ type Rejection struct {
 // Output collects what processing produced. The caller reads and resets it.
 type Output struct {
 	Candles  []candle.Candle // closed candles, each key's in window order
+	Events   []Event         // other outputs (silence alerts), in emission order
 	Rejected []Rejection
 }
 
+// Event is an output record that is not a candle: a JSON object written to
+// the processor's output topic with Key as the record key, in the same
+// transaction as the candles, state and input offsets.
+type Event struct {
+	Key   string
+	Value []byte // a JSON object; owned by the Output until Reset
+}
+
 // Reset empties o, keeping its capacity.
-func (o *Output) Reset() { o.Candles, o.Rejected = o.Candles[:0], o.Rejected[:0] }
+func (o *Output) Reset() { o.Candles, o.Events, o.Rejected = o.Candles[:0], o.Events[:0], o.Rejected[:0] }
+
+// Processor is what the engine runs for one input partition: a candle
+// aggregator, a rollup or a silence timer processor. It is single-goroutine
+// and deterministic given its input, restored state and Clock.
+type Processor interface {
+	// Process handles one input record, appending what it produced to out.
+	Process(rec Record, out *Output)
+	// Tick lets time-driven work happen without input (live mode).
+	Tick(out *Output)
+	// Changes reports the state entries changed since the last call (val
+	// nil = deleted); the engine checkpoints them with the input offsets.
+	Changes(fn func(key, val []byte))
+	// Restore loads one checkpointed entry into a fresh processor.
+	Restore(key, val []byte) error
+	// Active calls fn with the open candles changed since the last call
+	// (live charts); processors without candles do nothing.
+	Active(fn func(c *candle.Candle))
+}
 
 // Clock tells the wall time. Processors never read time.Now themselves: live
 // runs pass the system clock, replays and tests a fixed one.
