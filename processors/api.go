@@ -67,7 +67,9 @@ type Event struct {
 }
 
 // Reset empties o, keeping its capacity.
-func (o *Output) Reset() { o.Candles, o.Events, o.Rejected = o.Candles[:0], o.Events[:0], o.Rejected[:0] }
+func (o *Output) Reset() {
+	o.Candles, o.Events, o.Rejected = o.Candles[:0], o.Events[:0], o.Rejected[:0]
+}
 
 // Processor is what the engine runs for one input partition: a candle
 // aggregator, a rollup or a silence timer processor. It is single-goroutine
