@@ -134,6 +134,13 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 			err = o.Out.DeadLetter(stage, r)
 		}
 	}
+	if eo, ok := o.Out.(EventOutput); ok {
+		p.OnEvent = func(stage, topic string, ev *processors.Event, _ int32) {
+			if err == nil {
+				err = eo.Event(stage, topic, ev)
+			}
+		}
+	}
 	warm := o.Warmup
 	if warm == 0 {
 		warm = defaultWarmup(g)
@@ -205,7 +212,8 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 						}
 						continue
 					}
-					if ferr := p.Feed(srcName, r.Partition, r.Offset, r.Value); ferr != nil && err == nil {
+					if ferr := p.FeedRecord(srcName, processors.Record{Partition: r.Partition, Offset: r.Offset,
+						Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}); ferr != nil && err == nil {
 						err = ferr
 					}
 					prog.Records++

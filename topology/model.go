@@ -107,20 +107,30 @@ type Kinesis struct {
 // Processor turns trades into candles (kind candles) or candles of a lower
 // timeframe into a higher one (kind rollup).
 type Processor struct {
-	Kind        string        `yaml:"kind" required:"true" enum:"candles|rollup" doc:"candles: aggregate trades from a source; rollup: combine closed candles of another processor."`
-	From        string        `yaml:"from" required:"true" doc:"A source name (kind candles) or a processor name (kind rollup)."`
-	Timeframe   string        `yaml:"timeframe" required:"true" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month)."`
-	Zone        string        `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
-	Lateness    time.Duration `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
-	IdleTimeout time.Duration `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
-	MaxFuture   time.Duration `yaml:"max_future" default:"1m" doc:"Records stamped further than this ahead of the clock are rejected (reason future). 0 disables."`
-	MaxIdle     time.Duration `yaml:"max_idle" default:"24h" doc:"A key without trades for this long (event time) stops getting gap candles."`
-	Dedupe      bool          `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
-	GapFill     bool          `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
-	Output      Output        `yaml:"output" doc:"Topic the closed candles are written to. Default: <topology>.<processor>."`
+	Kind        string         `yaml:"kind" required:"true" enum:"candles|rollup|silence" doc:"candles: aggregate trades from a source; rollup: combine closed candles of another processor; silence: emit events when a device (the source's key) sends nothing for the levels' delays."`
+	From        string         `yaml:"from" required:"true" doc:"A source name (kinds candles and silence) or a processor name (kind rollup)."`
+	Timeframe   string         `yaml:"timeframe" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month). Required for kinds candles and rollup."`
+	Zone        string         `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
+	Lateness    time.Duration  `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
+	IdleTimeout time.Duration  `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
+	MaxFuture   time.Duration  `yaml:"max_future" default:"1m" doc:"Records stamped further than this ahead of the clock are rejected (reason future). 0 disables."`
+	MaxIdle     time.Duration  `yaml:"max_idle" default:"24h" doc:"A key without trades for this long (event time) stops getting gap candles."`
+	Dedupe      bool           `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
+	GapFill     bool           `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
+	Output      Output         `yaml:"output" doc:"Topic the closed candles (kind silence: the events) are written to. Default: <topology>.<processor>."`
+	Levels      []SilenceLevel `yaml:"levels" doc:"Kind silence: the levels of a device's silence, each fired once per silence (at least one)."`
+	Carry       []string       `yaml:"carry" doc:"Kind silence: fields of a device's latest reading copied into its events (e.g. owner), named by their last path element."`
+	RetireField string         `yaml:"retire_field" default:"retired" doc:"Kind silence: a reading whose field of this name is true retires the device: its timers and state are deleted, no event is emitted. Empty: devices are never retired."`
 
 	loc *time.Location   // resolved Zone, set by Parse
 	tf  candle.Timeframe // parsed Timeframe with loc, set by Parse
+}
+
+// SilenceLevel is one level of a silence processor.
+type SilenceLevel struct {
+	Name   string        `yaml:"name" required:"true" doc:"Stable id of the level, the event name (e.g. unreachable, alert1). Keep names when editing delays: fired levels are remembered by name order."`
+	After  time.Duration `yaml:"after" required:"true" doc:"Silence length that fires the level, measured from the ingestion of the device's last reading (e.g. 3d, 36h)."`
+	Action string        `yaml:"action" default:"alert" doc:"What the event asks its consumer to do, carried in the event (e.g. status, alert)."`
 }
 
 // Output is a topic kandle writes (created if missing).
