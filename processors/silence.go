@@ -168,7 +168,7 @@ func (s *Silence) Process(rec Record, out *Output) {
 	}
 	rawKey, ok := lookup(obj, s.key)
 	if !ok {
-		reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: "no " + strings.Join(s.key, ".")})
+		reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", strings.Join(s.key, "."))})
 		return
 	}
 	var id string
@@ -182,12 +182,12 @@ func (s *Silence) Process(rec Record, out *Output) {
 	}
 	rawTS, ok := lookup(obj, s.ts)
 	if !ok {
-		reject(out, rec, Rejection{Reason: ReasonMissingField, Key: id, Detail: "no " + strings.Join(s.ts, ".")})
+		reject(out, rec, Rejection{Reason: ReasonMissingField, Key: id, Detail: fmt.Sprintf("field %q is missing", strings.Join(s.ts, "."))})
 		return
 	}
 	ts, err := parseJSONTime(rawTS)
 	if err != nil {
-		reject(out, rec, Rejection{Reason: ReasonInvalidTS, Key: id, Detail: err.Error()})
+		reject(out, rec, Rejection{Reason: ReasonInvalidTS, Key: id, Detail: fmt.Sprintf("field %q: %v", strings.Join(s.ts, "."), err)})
 		return
 	}
 	ing := rec.Timestamp
