@@ -106,7 +106,7 @@ func TestSilenceCrashFiresOnce(t *testing.T) {
 	c.startInstance("b", true)
 	t0 := send(all...)
 	c.logf("24 devices reported")
-	time.Sleep(3 * time.Second) // wall-clock schedule of the faults (the test's subject is wall time)
+	time.Sleep(3 * time.Second)  // wall-clock schedule of the faults (the test's subject is wall time)
 	send(18, 19, 20, 21, 22, 23) // these re-arm: due 3s later
 	c.logf("6 devices reported again")
 	time.Sleep(time.Until(t0.Add(7500 * time.Millisecond)))
