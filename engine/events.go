@@ -98,3 +98,15 @@ func (o *WriterOutput) Event(_ string, _ string, ev *processors.Event) error {
 	_, err := o.W.Write(o.buf)
 	return err
 }
+
+// newMultiMetric builds the candle processor of a source with several
+// value fields: one series per metric.
+func (s *stageSpec) newMultiMetric(live bool, clock processors.Clock) (processor, error) {
+	p, f := s.Proc, s.decoder.Fields
+	return processors.NewMultiMetric(processors.MetricsConfig{
+		Key: f.Key, Time: f.Time, Values: s.values, Symbols: s.decoder.Symbols, MaxRecordBytes: s.decoder.MaxRecordBytes,
+	}, processors.CandleConfig{
+		Timeframe: s.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
+		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: live,
+	}, clock)
+}

@@ -25,6 +25,7 @@ type stageSpec struct {
 	OutputTopic string
 	OutputParts int
 	decoder     processors.DecoderConfig
+	values      []string // multi-metric readings: the metric fields
 	from        candle.Timeframe // rollups: the upstream timeframe
 }
 
@@ -36,6 +37,9 @@ func (s *stageSpec) newProcessor(live bool, clock processors.Clock) (processor, 
 	}
 	if s.Kind.Name == "silence" {
 		return s.newSilence(live, clock)
+	}
+	if len(s.values) > 0 {
+		return s.newMultiMetric(live, clock)
 	}
 	dec, err := processors.NewDecoder(s.decoder)
 	if err != nil {
@@ -82,7 +86,7 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 				return nil, fmt.Errorf("processor %s: no source named %q (run kandle validate)", st.Name, st.Input)
 			}
 			s.InputTopic = st.Source.Topic
-			s.decoder = decoderConfig(st.Source)
+			s.decoder, s.values = decoderConfig(st.Source), st.Source.Fields.Values
 		}
 		g.byName[st.Name] = s
 		g.stages = append(g.stages, s)

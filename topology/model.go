@@ -85,11 +85,12 @@ type Source struct {
 // Fields maps record fields to trade fields. Field names may be dotted
 // paths into nested objects ("data.p").
 type Fields struct {
-	Key   string `yaml:"key" default:"symbol" doc:"Field holding the key (symbol or device id)."`
-	Time  string `yaml:"time" default:"ts" doc:"Field holding the event time: epoch milliseconds or an RFC 3339 string."`
-	Price string `yaml:"price" default:"price" doc:"Field holding the price (or reading value): a JSON number or numeric string."`
-	Qty   string `yaml:"qty" default:"qty" doc:"Field holding the quantity. Empty: every record weighs 1 (device readings)."`
-	ID    string `yaml:"id" default:"trade_id" doc:"Field holding the trade id used for dedupe. Empty: no dedupe ids."`
+	Key    string   `yaml:"key" default:"symbol" doc:"Field holding the key (symbol or device id)."`
+	Time   string   `yaml:"time" default:"ts" doc:"Field holding the event time: epoch milliseconds or an RFC 3339 string."`
+	Price  string   `yaml:"price" default:"price" doc:"Field holding the price (or reading value): a JSON number or numeric string."`
+	Qty    string   `yaml:"qty" default:"qty" doc:"Field holding the quantity. Empty: every record weighs 1 (device readings)."`
+	ID     string   `yaml:"id" default:"trade_id" doc:"Field holding the trade id used for dedupe. Empty: no dedupe ids."`
+	Values []string `yaml:"values" doc:"Multi-metric readings: fields each holding one metric (e.g. [temperature, humidity, battery]). Each metric becomes its own series keyed <key>#<metric> with its own candles and rollups; price is then unused. A metric missing from a reading is skipped for that metric only; a non-numeric one is dead-lettered (invalid_price, the metric named)."`
 }
 
 // Kinesis configures a Kinesis stream source or sink.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,6 +129,11 @@ func (c *checker) sources() {
 		}
 		if s.MaxRecordBytes < 1 {
 			c.report(c.at("sources", name, "max_record_bytes"), "%s.max_record_bytes: %d is less than 1", path, s.MaxRecordBytes)
+		}
+		for i, v := range s.Fields.Values {
+			if v == "" || v == s.Fields.Key || v == s.Fields.Time || slices.Contains(s.Fields.Values[:i], v) {
+				c.report(c.at("sources", name, "fields", "values"), "%s.fields.values[%d]: %q must name a metric field other than the key, the time and the other values", path, i, v)
+			}
 		}
 		for _, f := range []struct{ key, val string }{{"key", s.Fields.Key}, {"time", s.Fields.Time}, {"price", s.Fields.Price}} {
 			if f.val == "" {
