@@ -25,7 +25,7 @@ type stageSpec struct {
 	OutputTopic string
 	OutputParts int
 	decoder     processors.DecoderConfig
-	values      []string // multi-metric readings: the metric fields
+	values      []string         // multi-metric readings: the metric fields
 	from        candle.Timeframe // rollups: the upstream timeframe
 }
 

@@ -33,9 +33,9 @@ func TestMultiMetricSeries(t *testing.T) {
 	ts := baseDay.UnixMilli()
 	for i, r := range []string{
 		`{"device":"d1","ts":%d,"temperature":21.1,"humidity":"40","battery":0.1}`,
-		`{"device":"d1","ts":%d,"temperature":21.2,"battery":0.1}`,                   // no humidity
+		`{"device":"d1","ts":%d,"temperature":21.2,"battery":0.1}`,                 // no humidity
 		`{"device":"d1","ts":%d,"temperature":"warm","humidity":41,"battery":0.1}`, // bad temperature
-		`{"device":"d1","ts":%d}`,                                                  // no metric at all
+		`{"device":"d1","ts":%d}`, // no metric at all
 	} {
 		m.Process(Record{Offset: int64(i), Value: fmt.Appendf(nil, r, ts+int64(i)*1000)}, &out)
 	}
