@@ -11,6 +11,12 @@
 // A Rollup builds higher timeframes from the closed candles of a lower one,
 // key by key, as they come back from an output topic.
 //
+// A Silence processor watches devices instead: it emits an event (not a
+// candle) when a device has sent nothing for a level's delay, measured on
+// the partition's ingestion clock, and a recovered event when it reports
+// again. A MultiMetric reader splits readings with several value fields
+// into one candle series per metric. All of them implement Processor.
+//
 // Everything here is single-goroutine and deterministic: no I/O, no
 // goroutines, no time.Now. Time comes from the records and from an injected
 // Clock (the future guard, and the idle advance in live mode only). That is
