@@ -36,14 +36,14 @@
 // text; due_at, fired_at, last_seen, last_ingested and recovered_at as
 // instants in any offset or epoch ms):
 //
-//	    input:
-//	      readings:
-//	        - at: "2026-01-01T08:00:00Z"
-//	          records: [{deviceId: d1, timestamp: "2026-01-01T08:00:00Z", value: 1}]
-//	        - advance: "2026-01-04T08:00:00Z"
-//	    expect:
-//	      silence:
-//	        - {device: d1, event: unreachable, due_at: "2026-01-04T08:00:00Z"}
+//	input:
+//	  readings:
+//	    - at: "2026-01-01T08:00:00Z"
+//	      records: [{deviceId: d1, timestamp: "2026-01-01T08:00:00Z", value: 1}]
+//	    - advance: "2026-01-04T08:00:00Z"
+//	expect:
+//	  silence:
+//	    - {device: d1, event: unreachable, due_at: "2026-01-04T08:00:00Z"}
 //
 // Records given as YAML mappings are re-encoded as JSON from the YAML text,
 // never through float64: a YAML number 100.5 becomes the JSON number 100.5,
