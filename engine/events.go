@@ -2,12 +2,14 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/topology"
 )
 
 // newSilence builds the silence processor of one input partition from the
@@ -109,4 +111,36 @@ func (s *stageSpec) newMultiMetric(live bool, clock processors.Clock) (processor
 		Timeframe: s.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
 		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: live,
 	}, clock)
+}
+
+// EventSink is a sink that takes events (JSON objects) from processors of
+// kind silence. Writes must be idempotent: events are redelivered after a
+// crash, in order per partition.
+type EventSink interface {
+	WriteEvents(ctx context.Context, events [][]byte) error
+}
+
+// takeEvents makes the sink stage read stage st's events.
+func (s *sinkStage) takeEvents(sk *topology.Sink, st *stageSpec) error {
+	es, ok := s.sink.(EventSink)
+	if !ok {
+		return fmt.Errorf("sink %s: kind %s cannot take the events of %s (kind %s); use a dynamodb or valkey sink", s.name, sk.Kind, st.Name, st.Kind.Name)
+	}
+	if s.eventTopics == nil {
+		s.eventTopics = map[string]bool{}
+	}
+	s.events, s.eventTopics[st.OutputTopic] = es, true
+	return nil
+}
+
+// writeEvents retries until the sink takes the events or ctx ends.
+func (s *sinkStage) writeEvents(ctx context.Context, events [][]byte) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := retry(ctx, s.log, "write events", func() error { return s.events.WriteEvents(ctx, events) }); err != nil {
+		return err
+	}
+	s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(events)))
+	return nil
 }
