@@ -49,7 +49,7 @@ type sinkStage struct {
 	candleTopics map[string]bool // output topics this sink reads (the rest are trade sources)
 	eventTopics  map[string]bool // output topics of event processors (kind silence)
 	events       EventSink
-	closes       []int64         // close times of candles written since the last flush (for the delay histogram)
+	closes       []int64 // close times of candles written since the last flush (for the delay histogram)
 }
 
 func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*sinkStage, error) {
