@@ -40,12 +40,11 @@ processors:
 dead_letter: {topic: silent.dlq}
 `
 
-// TestSilenceCrashFiresOnce runs two `kandle run` instances against the dev
-// broker, SIGKILLs and restarts them around the levels' due times (each
-// restart also rebalances the partitions), and checks in the committed
-// output that every level of every device fired exactly once, never
-// before its due time, and that a device reporting again recovers once.
-func TestSilenceCrashFiresOnce(t *testing.T) {
+// newSilenceCluster starts a dev broker process and writes topology (a
+// format with the broker address as %[1]s and extra args after it) for
+// `kandle run` instances; the readings topic exists with 3 partitions.
+func newSilenceCluster(t *testing.T, topology string, args ...any) *cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "kandle-silence-*")
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +70,7 @@ func TestSilenceCrashFiresOnce(t *testing.T) {
 	})
 	c.startBroker()
 	c.topFile = filepath.Join(dir, "silent.yaml")
-	if err := os.WriteFile(c.topFile, fmt.Appendf(nil, silenceTopology, c.addr), 0o644); err != nil {
+	if err := os.WriteFile(c.topFile, fmt.Appendf(nil, topology, append([]any{c.addr}, args...)...), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if c.cl, err = kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.ProducerLinger(0), kgo.RetryTimeout(time.Minute)); err != nil {
@@ -82,22 +81,35 @@ func TestSilenceCrashFiresOnce(t *testing.T) {
 	if _, err := kafka.EnsureTopics(ctx, c.cl, []kafka.TopicSpec{{Name: "readings", Partitions: 3}}); err != nil {
 		t.Fatal(err)
 	}
-	send := func(devs ...int) time.Time {
-		t.Helper()
-		now := time.Now()
-		var rs []*kgo.Record
-		for _, d := range devs {
-			id := fmt.Sprintf("d%02d", d)
-			rs = append(rs, &kgo.Record{Topic: "readings", Key: []byte(id), Timestamp: now,
-				Value: fmt.Appendf(nil, `{"device":%q,"ts":%d,"value":1,"owner":"o%d"}`, id, now.UnixMilli(), d%3)})
-		}
-		pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := c.cl.ProduceSync(pctx, rs...).FirstErr(); err != nil {
-			t.Fatalf("produce readings: %v", err)
-		}
-		return now
+	return c
+}
+
+// sendReadings produces one reading per device id, stamped now.
+func sendReadings(t *testing.T, c *cluster, devs ...int) time.Time {
+	t.Helper()
+	now := time.Now()
+	var rs []*kgo.Record
+	for _, d := range devs {
+		id := fmt.Sprintf("d%02d", d)
+		rs = append(rs, &kgo.Record{Topic: "readings", Key: []byte(id), Timestamp: now,
+			Value: fmt.Appendf(nil, `{"device":%q,"ts":%d,"value":1,"owner":"o%d"}`, id, now.UnixMilli(), d%3)})
 	}
+	pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.cl.ProduceSync(pctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce readings: %v", err)
+	}
+	return now
+}
+
+// TestSilenceCrashFiresOnce runs two `kandle run` instances against the dev
+// broker, SIGKILLs and restarts them around the levels' due times (each
+// restart also rebalances the partitions), and checks in the committed
+// output that every level of every device fired exactly once, never
+// before its due time, and that a device reporting again recovers once.
+func TestSilenceCrashFiresOnce(t *testing.T) {
+	c := newSilenceCluster(t, silenceTopology)
+	send := func(devs ...int) time.Time { return sendReadings(t, c, devs...) }
 	all := make([]int, 24)
 	for i := range all {
 		all[i] = i
