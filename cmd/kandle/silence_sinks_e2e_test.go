@@ -61,7 +61,7 @@ func TestSilenceEndToEndSinks(t *testing.T) {
 	c := newSilenceCluster(t, silenceSinksTopology, ddb.URL(), rds.Addr)
 	c.startInstance("a", true)
 	sendReadings(t, c, 0, 1, 2, 3) // owners o0 o1 o2 o0
-	time.Sleep(3 * time.Second)     // wall-clock schedule: d03 reports again after unreachable fired
+	time.Sleep(3 * time.Second)    // wall-clock schedule: d03 reports again after unreachable fired
 	sendReadings(t, c, 3)
 
 	client := ddbsdk.NewFromConfig(aws.Config{Region: "us-east-1",
