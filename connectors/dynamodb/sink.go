@@ -75,6 +75,7 @@ type Sink struct {
 	mu          sync.Mutex
 	buf         []pending
 	provisioned atomic.Bool // cleared when the table turns out to be missing
+	consistent  atomic.Bool // SetConsistentReads
 	closed      bool
 }
 
