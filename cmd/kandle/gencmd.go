@@ -63,7 +63,7 @@ func cmdGen(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "%d devices, %d readings; silent: %s\n", fleet.Devices, fg.Len(), describeSilences(fg))
 	default:
-		return fmt.Errorf("gen: unknown --profile %q: use trades or devices", *profile)
+		return fmt.Errorf("unknown --profile %q: use trades or devices", *profile)
 	}
 	if seeds := splitList(*brokers); len(seeds) > 0 {
 		sec, err := kafka.ClientOpts(kcfg)
