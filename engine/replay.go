@@ -134,6 +134,13 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 			err = o.Out.DeadLetter(stage, r)
 		}
 	}
+	if qo, ok := o.Out.(quietOutput); ok {
+		p.OnQuiet = func(stage, topic, key string, value []byte) {
+			if err == nil {
+				err = qo.Quiet(stage, topic, key, value)
+			}
+		}
+	}
 	warm := o.Warmup
 	if warm == 0 {
 		warm = defaultWarmup(g)
