@@ -1,0 +1,267 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/testkit"
+	"github.com/kandle/kandle/state"
+	"github.com/kandle/kandle/topology"
+)
+
+// Lateness, idle_timeout and max_future are as shipped.
+const quietTopology = `
+name: quiet
+brokers: [%s]
+metrics: ""
+commit_interval: 50ms
+sources:
+  trades: {topic: trades, partitions: 1}
+processors:
+  c1m: {kind: candles, from: trades, timeframe: 1m, max_idle: 3m, output: {topic: c.1m, partitions: 2}}
+  c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: c.5m, partitions: 2}}
+  c15m: {kind: rollup, from: c5m, timeframe: 15m, output: {topic: c.15m, partitions: 1}}
+  d5m: {kind: candles, from: trades, timeframe: 5m, max_idle: 3m, output: {topic: d.5m, partitions: 2}}
+  d15m: {kind: candles, from: trades, timeframe: 15m, max_idle: 3m, output: {topic: d.15m, partitions: 1}}
+dead_letter: {topic: quiet.dlq}
+`
+
+// quietTrades: A goes quiet at 09:33:10 (its 1m run ends inside the 5m
+// window 09:35 and the 15m window 09:30, which only quiet marks close), B at
+// 09:07:30 and comes back at 10:02 for a new run, C trades until 11:00 and
+// moves the watermark, Z at 13:00 lets a replay close everything before it.
+func quietTrades() (keys []string, values [][]byte) {
+	id := 0
+	add := func(sym string, ts time.Time, price string) {
+		id++
+		keys = append(keys, sym)
+		values = append(values, fmt.Appendf(nil, `{"symbol":%q,"ts":%d,"price":%q,"qty":"0.5","trade_id":%d}`, sym, ts.UnixMilli(), price, id))
+	}
+	prices := []string{"100", "101.5", "99.25", "100.75"}
+	for ts, i := t0, 0; !ts.After(t0.Add(2*time.Hour)); ts, i = ts.Add(10*time.Second), i+1 {
+		p := prices[i%len(prices)]
+		if !ts.After(t0.Add(33*time.Minute + 10*time.Second)) {
+			add("A", ts, p)
+		}
+		if !ts.After(t0.Add(7*time.Minute+30*time.Second)) || (!ts.Before(t0.Add(62*time.Minute)) && !ts.After(t0.Add(80*time.Minute))) {
+			add("B", ts.Add(time.Second), p)
+		}
+		add("C", ts.Add(2*time.Second), p)
+	}
+	add("Z", t0.Add(4*time.Hour), "1")
+	return keys, values
+}
+
+// bySymbol reads topic's committed candles grouped by symbol (sorted JSON),
+// and counts its quiet records.
+func bySymbol(t *testing.T, seeds []string, topic string) (map[string][]string, int) {
+	out := map[string][]string{}
+	quiet := 0
+	for _, r := range testkit.ReadTopic(t, seeds, topic) {
+		if engine.IsQuietRecord(r) {
+			if _, err := candle.ParseJSON(r.Value); err == nil {
+				t.Fatalf("%s: a quiet record parses as a candle: %s", topic, r.Value)
+			}
+			if _, err := engine.DecodeQuiet(r.Value); err != nil {
+				t.Fatalf("%s: %v", topic, err)
+			}
+			quiet++
+			continue
+		}
+		c, err := candle.ParseJSON(r.Value)
+		if err != nil {
+			t.Fatalf("%s: unreadable record %q: %v", topic, r.Value, err)
+		}
+		out[c.Symbol] = append(out[c.Symbol], string(r.Value))
+	}
+	for _, v := range out {
+		sort.Strings(v)
+	}
+	return out, quiet
+}
+
+func sameSymbols(a, b map[string][]string, skip string) string {
+	var diff strings.Builder
+	syms := map[string]bool{}
+	for s := range a {
+		syms[s] = true
+	}
+	for s := range b {
+		syms[s] = true
+	}
+	for s := range syms {
+		if s != skip && strings.Join(a[s], "\n") != strings.Join(b[s], "\n") {
+			fmt.Fprintf(&diff, "symbol %s:\n  %s\nvs\n  %s\n", s, strings.Join(a[s], "\n  "), strings.Join(b[s], "\n  "))
+		}
+	}
+	return diff.String()
+}
+
+// Keys that go quiet (max_idle) close every rollup window they have open
+// exactly as direct aggregation closes it, in the running engine: the live
+// 1m→5m→15m rollups equal direct 5m and 15m processors on the same trades,
+// and equal a replay; the rollup stages free the quiet keys' state
+// (tombstones in the changelog, nothing left in Pebble).
+func TestLiveRollupOfQuietKeys(t *testing.T) {
+	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	seeds := b.Addrs()
+	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(context.Background(), cl, []kafka.TopicSpec{{Name: "trades", Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	keys, values := quietTrades()
+	for i := range keys {
+		cl.Produce(context.Background(), &kgo.Record{Topic: "trades", Key: []byte(keys[i]), Value: values[i]}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err := cl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	var rec recordingOutput
+	if _, err := engine.Replay(context.Background(), top, seeds, engine.ReplayOptions{
+		Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Out: &rec}); err != nil {
+		t.Fatal(err)
+	}
+	replay := map[string]map[string][]string{}
+	for topic, cs := range rec.byTopic {
+		replay[topic] = map[string][]string{}
+		for _, v := range cs {
+			c, err := candle.ParseJSON([]byte(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			replay[topic][c.Symbol] = append(replay[topic][c.Symbol], v)
+		}
+		for _, v := range replay[topic] {
+			sort.Strings(v)
+		}
+	}
+	// The replay itself: rollups equal direct aggregation for every key the
+	// input closed (Z's last windows stay open: a replay never closes by the
+	// wall clock).
+	for _, p := range [][2]string{{"c.5m", "d.5m"}, {"c.15m", "d.15m"}} {
+		if d := sameSymbols(replay[p[0]], replay[p[1]], "Z"); d != "" {
+			t.Fatalf("replay: rollup %s differs from direct %s:\n%s", p[0], p[1], d)
+		}
+	}
+	// The quiet keys' last windows are there (A's 5m 09:35 holds only gap sub-candles).
+	last5 := fmt.Sprintf(`"open_time":%d`, t0.Add(35*time.Minute).UnixMilli())
+	if !strings.Contains(strings.Join(replay["c.5m"]["A"], ""), last5) {
+		t.Fatalf("replay: A's last 5m window (09:35) is missing: %v", replay["c.5m"]["A"])
+	}
+
+	dir := t.TempDir()
+	f := &fixture{t: t, seeds: seeds, top: top}
+	r := f.start(dir, "a")
+	stopped := false
+	defer func() {
+		if !stopped {
+			r.stop(t)
+		}
+	}()
+	topics := []string{"c.1m", "c.5m", "c.15m", "d.5m", "d.15m"}
+	deadline := time.Now().Add(90 * time.Second)
+	var live map[string]map[string][]string
+	var quiet map[string]int
+	for {
+		live, quiet = map[string]map[string][]string{}, map[string]int{}
+		for _, topic := range topics {
+			live[topic], quiet[topic] = bySymbol(t, seeds, topic)
+		}
+		var diff strings.Builder
+		// Live: rollups equal direct for every key, Z too (the wall clock
+		// closes its run; its quiet marks close the rollups).
+		for _, p := range [][2]string{{"c.5m", "d.5m"}, {"c.15m", "d.15m"}} {
+			if d := sameSymbols(live[p[0]], live[p[1]], ""); d != "" {
+				fmt.Fprintf(&diff, "live: rollup %s differs from direct %s:\n%s", p[0], p[1], d)
+			}
+			if len(live[p[0]]["Z"]) == 0 {
+				fmt.Fprintf(&diff, "live: %s has no candle of Z yet\n", p[0])
+			}
+		}
+		// Live equals replay for every key the input closed.
+		for _, topic := range topics {
+			if d := sameSymbols(live[topic], replay[topic], "Z"); d != "" {
+				fmt.Fprintf(&diff, "live %s differs from replay:\n%s", topic, d)
+			}
+		}
+		if diff.Len() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 90s:\n%s", diff.String())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if quiet["c.1m"] == 0 || quiet["c.5m"] == 0 {
+		t.Fatalf("no quiet records between the stages: c.1m %d, c.5m %d", quiet["c.1m"], quiet["c.5m"])
+	}
+	for _, topic := range []string{"c.15m", "d.5m", "d.15m"} {
+		if quiet[topic] != 0 {
+			t.Fatalf("%s has %d quiet records, but no rollup reads it", topic, quiet[topic])
+		}
+	}
+
+	// The rollup stages freed every key: each key's last changelog entry is
+	// a tombstone, and Pebble holds no key entry after a clean stop.
+	for _, stage := range []string{"c5m", "c15m"} {
+		changelog := "quiet." + stage + ".changelog"
+		lastVal := map[string][]byte{}
+		for _, cr := range testkit.ReadTopic(t, seeds, changelog) {
+			if k := string(cr.Key); strings.HasPrefix(k, "pk") {
+				lastVal[k[2:]] = cr.Value
+			}
+		}
+		for _, sym := range []string{"A", "B", "C", "Z"} {
+			v, ok := lastVal[sym]
+			if !ok {
+				t.Fatalf("%s: no changelog entry of %s", changelog, sym)
+			}
+			if v != nil {
+				t.Fatalf("%s: %s's state was not freed: its last entry is %q, not a tombstone", changelog, sym, v)
+			}
+		}
+	}
+	r.stop(t)
+	stopped = true
+	st, err := state.Open(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, stage := range []string{"c5m", "c15m"} {
+		for p := range int32(2) {
+			if _, _, err := st.Load(stage, p, func(k, v []byte) error {
+				return fmt.Errorf("Pebble still holds %s partition %d entry %q = %q", stage, p, k, v)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
