@@ -48,7 +48,7 @@ func quietTrades() (keys []string, values [][]byte) {
 		values = append(values, fmt.Appendf(nil, `{"symbol":%q,"ts":%d,"price":%q,"qty":"0.5","trade_id":%d}`, sym, ts.UnixMilli(), price, id))
 	}
 	prices := []string{"100", "101.5", "99.25", "100.75"}
-	for ts, i := t0, 0; !ts.After(t0.Add(2*time.Hour)); ts, i = ts.Add(10*time.Second), i+1 {
+	for ts, i := t0, 0; !ts.After(t0.Add(2 * time.Hour)); ts, i = ts.Add(10*time.Second), i+1 {
 		p := prices[i%len(prices)]
 		if !ts.After(t0.Add(33*time.Minute + 10*time.Second)) {
 			add("A", ts, p)
