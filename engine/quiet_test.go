@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
@@ -33,8 +36,41 @@ processors:
   c15m: {kind: rollup, from: c5m, timeframe: 15m, output: {topic: c.15m, partitions: 1}}
   d5m: {kind: candles, from: trades, timeframe: 5m, max_idle: 3m, output: {topic: d.5m, partitions: 2}}
   d15m: {kind: candles, from: trades, timeframe: 15m, max_idle: 3m, output: {topic: d.15m, partitions: 1}}
+sinks:
+  mem: {kind: memory, from: [c1m, c5m]}
 dead_letter: {topic: quiet.dlq}
 `
+
+// memSink keeps the candles written to it, by timeframe and symbol.
+type memSink struct {
+	mu sync.Mutex
+	cs map[string]map[string][]string
+}
+
+func (m *memSink) Write(_ context.Context, cs []candle.Candle) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range cs {
+		c := &cs[i]
+		if m.cs[c.Timeframe] == nil {
+			m.cs[c.Timeframe] = map[string][]string{}
+		}
+		m.cs[c.Timeframe][c.Symbol] = append(m.cs[c.Timeframe][c.Symbol], string(c.AppendJSON(nil)))
+	}
+	return nil
+}
+func (m *memSink) Flush(context.Context) error { return nil }
+func (m *memSink) Close(context.Context) error { return nil }
+
+func (m *memSink) byTimeframe(tf string) map[string][]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]string{}
+	for sym, v := range m.cs[tf] {
+		out[sym] = slices.Sorted(slices.Values(v))
+	}
+	return out
+}
 
 // quietTrades: A goes quiet at 09:33:10 (its 1m run ends inside the 5m
 // window 09:35 and the 15m window 09:30, which only quiet marks close), B at
@@ -111,7 +147,8 @@ func sameSymbols(a, b map[string][]string, skip string) string {
 // exactly as direct aggregation closes it, in the running engine: the live
 // 1m→5m→15m rollups equal direct 5m and 15m processors on the same trades,
 // and equal a replay; the rollup stages free the quiet keys' state
-// (tombstones in the changelog, nothing left in Pebble).
+// (tombstones in the changelog, nothing left in Pebble); a sink reading the
+// topics that carry quiet records gets every candle and no error.
 func TestLiveRollupOfQuietKeys(t *testing.T) {
 	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
@@ -119,7 +156,8 @@ func TestLiveRollupOfQuietKeys(t *testing.T) {
 	}
 	defer b.Close()
 	seeds := b.Addrs()
-	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{})
+	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{Sinks: map[string]topology.SinkKind{
+		"memory": {Name: "memory", Doc: "test sink", New: func() any { return &struct{}{} }}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +215,18 @@ func TestLiveRollupOfQuietKeys(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	f := &fixture{t: t, seeds: seeds, top: top}
-	r := f.start(dir, "a")
+	sink := &memSink{cs: map[string]map[string][]string{}}
+	reg := prometheus.NewRegistry()
+	eng, err := engine.New(top, engine.WithStateDir(dir), engine.WithInstanceID("a"),
+		engine.WithLogger(slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second),
+		engine.WithSink("mem", sink), engine.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- eng.Run(ctx) }()
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -205,6 +253,12 @@ func TestLiveRollupOfQuietKeys(t *testing.T) {
 				fmt.Fprintf(&diff, "live: %s has no candle of Z yet\n", p[0])
 			}
 		}
+		// The sink got the candles, and nothing else.
+		for _, tf := range [][2]string{{"1m", "c.1m"}, {"5m", "c.5m"}} {
+			if d := sameSymbols(sink.byTimeframe(tf[0]), live[tf[1]], ""); d != "" {
+				fmt.Fprintf(&diff, "sink %s differs from %s:\n%s", tf[0], tf[1], d)
+			}
+		}
 		// Live equals replay for every key the input closed.
 		for _, topic := range topics {
 			if d := sameSymbols(live[topic], replay[topic], "Z"); d != "" {
@@ -218,6 +272,10 @@ func TestLiveRollupOfQuietKeys(t *testing.T) {
 			t.Fatalf("after 90s:\n%s", diff.String())
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+	// Quiet records are no sink errors (an unreadable candle would be one).
+	if n := sumCounter(t, reg, "kandle_sink_errors_total"); n != 0 {
+		t.Fatalf("the sink stage counted %v errors: it took quiet records for candles", n)
 	}
 	if quiet["c.1m"] == 0 || quiet["c.5m"] == 0 {
 		t.Fatalf("no quiet records between the stages: c.1m %d, c.5m %d", quiet["c.1m"], quiet["c.5m"])
@@ -264,4 +322,22 @@ func TestLiveRollupOfQuietKeys(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sumCounter sums the counter family name gathered from reg (0 when absent).
+func sumCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
