@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -11,11 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/connectors/kafka"
+	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/state"
@@ -340,4 +346,113 @@ func sumCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+const kinesisQuietTopology = `
+name: kinquiet
+brokers: [%s]
+metrics: ""
+commit_interval: 50ms
+sources:
+  ticks:
+    kind: kinesis
+    partitions: 1
+    kinesis: {stream: ticks, endpoint: %s, dynamodb_endpoint: %s, lease_duration: 2s, poll_interval: 50ms}
+processors:
+  c1m: {kind: candles, from: ticks, timeframe: 1m, max_idle: 3m, output: {topic: k.1m, partitions: 2}}
+  c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: k.5m, partitions: 2}}
+%s
+dead_letter: {topic: kinquiet.dlq}
+`
+
+// kinesisDirect5m is a direct 5m processor for the replay oracle (a live
+// engine runs only one candle stage per Kinesis source: they would share
+// the source's leases).
+const kinesisDirect5m = `  d5m: {kind: candles, from: ticks, timeframe: 5m, max_idle: 3m, output: {topic: kd.5m, partitions: 2}}`
+
+// A Kinesis candle stage writes quiet records too: the live rollup of its
+// candles closes quiet keys' windows exactly as direct aggregation does (a
+// replay's direct 5m processor; Z, whose run only the wall clock ends, is
+// checked to close at all).
+func TestKinesisRollupOfQuietKeys(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_REGION", "us-east-1")
+	kin := testkit.KinesisMock(t, "ticks:1")
+	ddb := testkit.Dynalite(t)
+	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	load := func(extra string) *topology.Topology {
+		path := filepath.Join(t.TempDir(), "kinquiet.yaml")
+		if err := os.WriteFile(path, fmt.Appendf(nil, kinesisQuietTopology, b.Addrs()[0], kin.URL(), ddb.URL(), extra), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		top, err := topology.Load(path, topology.Registry{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return top
+	}
+	top, oracle := load(""), load(kinesisDirect5m)
+	ctx := context.Background()
+	client, _, err := kkin.NewClients(ctx, "us-east-1", kin.URL(), ddb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, values := quietTrades()
+	for i := 0; i < len(keys); i += 250 {
+		var batch []types.PutRecordsRequestEntry
+		for j := i; j < min(i+250, len(keys)); j++ {
+			batch = append(batch, types.PutRecordsRequestEntry{PartitionKey: aws.String(keys[j]), Data: values[j]})
+		}
+		out, err := client.PutRecords(ctx, &awskinesis.PutRecordsInput{StreamName: aws.String("ticks"), Records: batch})
+		if err != nil || aws.ToInt32(out.FailedRecordCount) != 0 {
+			t.Fatalf("put records: %v (failed %d)", err, aws.ToInt32(out.FailedRecordCount))
+		}
+	}
+	var rec recordingOutput
+	if _, err := engine.Replay(ctx, oracle, b.Addrs(), engine.ReplayOptions{
+		Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Out: &rec}); err != nil {
+		t.Fatal(err)
+	}
+	direct := map[string][]string{}
+	for _, v := range rec.byTopic["kd.5m"] {
+		c, err := candle.ParseJSON([]byte(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		direct[c.Symbol] = append(direct[c.Symbol], v)
+	}
+	for _, v := range direct {
+		sort.Strings(v)
+	}
+	if len(direct["A"]) == 0 || len(direct["B"]) == 0 {
+		t.Fatalf("the replay made no direct 5m candles of A or B: %v", direct)
+	}
+	r := startEngine(t, top, t.TempDir(), "a")
+	defer r.stop(t)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		roll, _ := bySymbol(t, b.Addrs(), "k.5m")
+		diff := sameSymbols(roll, direct, "Z")
+		for _, sym := range []string{"A", "B", "C", "Z"} {
+			if len(roll[sym]) == 0 {
+				diff += "no 5m candle of " + sym + " yet\n"
+			}
+		}
+		_, quiet := bySymbol(t, b.Addrs(), "k.1m")
+		if quiet == 0 {
+			diff += "no quiet record on k.1m yet\n"
+		}
+		if diff == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 90s the Kinesis stage's rollup differs from direct aggregation:\n%s", diff)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
