@@ -24,6 +24,7 @@ import (
 	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
+	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
 	"github.com/kandle/kandle/topology"
 )
@@ -454,5 +455,103 @@ func TestKinesisRollupOfQuietKeys(t *testing.T) {
 			t.Fatalf("after 90s the Kinesis stage's rollup differs from direct aggregation:\n%s", diff)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// replay --out topics writes the quiet records as the live stages do, so a
+// rollup group reading the replayed topics would close quiet keys too: the
+// quiet records of c.1m, fed with its candles through a rollup, give the
+// replay's own 5m rollup.
+func TestReplayToTopicsWritesQuietRecords(t *testing.T) {
+	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	seeds := b.Addrs()
+	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{Sinks: map[string]topology.SinkKind{
+		"memory": {Name: "memory", Doc: "test sink", New: func() any { return &struct{}{} }}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	specs := []kafka.TopicSpec{{Name: "trades", Partitions: 1}, {Name: "quiet.dlq", Partitions: 1}}
+	for _, o := range []struct {
+		topic string
+		n     int32
+	}{{"c.1m", 2}, {"c.5m", 2}, {"c.15m", 1}, {"d.5m", 2}, {"d.15m", 1}} {
+		specs = append(specs, kafka.TopicSpec{Name: o.topic, Partitions: o.n})
+	}
+	if _, err := kafka.EnsureTopics(context.Background(), cl, specs); err != nil {
+		t.Fatal(err)
+	}
+	keys, values := quietTrades()
+	for i := range keys {
+		cl.Produce(context.Background(), &kgo.Record{Topic: "trades", Key: []byte(keys[i]), Value: values[i]}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if err := cl.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, err := engine.NewTopicOutput(top, seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Replay(context.Background(), top, seeds, engine.ReplayOptions{
+		Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	// Feed c.1m as written (candles and quiet records, in partition order)
+	// to a 1m→5m rollup: it must give c.5m.
+	c5m, _ := bySymbol(t, seeds, "c.5m")
+	tf1m, err := candle.ParseTimeframe("1m", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf5m, err := candle.ParseTimeframe("5m", time.UTC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roll, err := processors.NewRollup(processors.RollupConfig{From: tf1m, To: tf5m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	quiet := 0
+	var po processors.Output
+	for _, r := range testkit.ReadTopic(t, seeds, "c.1m") {
+		po.Reset()
+		if engine.IsQuietRecord(r) {
+			q, err := engine.DecodeQuiet(r.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			quiet++
+			roll.Quiet(processors.QuietMark{Key: q.Symbol, Until: q.QuietUntil}, &po)
+		} else {
+			roll.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Value: r.Value}, &po)
+		}
+		if len(po.Rejected) > 0 {
+			t.Fatalf("c.1m record %q rejected: %+v", r.Value, po.Rejected)
+		}
+		for _, c := range po.Candles {
+			got[c.Symbol] = append(got[c.Symbol], string(c.AppendJSON(nil)))
+		}
+	}
+	for _, v := range got {
+		sort.Strings(v)
+	}
+	if quiet == 0 {
+		t.Fatal("replay --out topics wrote no quiet record to c.1m")
+	}
+	if d := sameSymbols(got, c5m, ""); d != "" {
+		t.Fatalf("the replayed c.1m topic, rolled up, differs from the replayed c.5m:\n%s", d)
 	}
 }
