@@ -59,6 +59,7 @@ func (t *Topology) validate(ps Problems) Problems {
 	c.rollups()
 	c.topics()
 	c.sinks()
+	c.serve()
 	return c.ps
 }
 
