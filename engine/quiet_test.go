@@ -500,7 +500,7 @@ func TestReplayToTopicsWritesQuietRecords(t *testing.T) {
 	if err := cl.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	out, err := engine.NewTopicOutput(top, seeds)
+	out, err := engine.NewTopicOutput(context.Background(), top, seeds, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

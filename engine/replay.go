@@ -167,7 +167,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	}
 	if qo, ok := o.Out.(quietOutput); ok {
 		p.OnQuiet = func(stage, topic, key string, value []byte) {
-			if err == nil {
+			if err == nil && writes(stage) {
 				err = qo.Quiet(stage, topic, key, value)
 			}
 		}
