@@ -14,8 +14,8 @@ import (
 )
 
 // Quiet records carry a processor's QuietMarks to the rollups built from its
-// candles. They are control records on the output topic, between the
-// candles: keyed by symbol (so they land on the partition of the key's
+// candles. They are ordinary records on the output topic (not Kafka
+// transaction control records), between the candles: keyed by symbol (so they land on the partition of the key's
 // candles, after them), with the header QuietHeader: QuietKind and a JSON
 // body that starts with quietPrefix:
 //
