@@ -15,7 +15,7 @@ import (
 func (c *Candle) AppendJSON(b []byte) []byte {
 	b = slices.Grow(b, 192+len(c.Symbol)) // one allocation for the whole object
 	b = append(b, `{"symbol":`...)
-	b = strconv.AppendQuote(b, c.Symbol)
+	b = AppendJSONString(b, c.Symbol)
 	b = append(b, `,"timeframe":"`...)
 	b = append(b, c.Timeframe...)
 	b = append(b, `","open_time":`...)
@@ -26,8 +26,8 @@ func (c *Candle) AppendJSON(b []byte) []byte {
 	b = appendDec(b, `","high":"`, c.High)
 	b = appendDec(b, `","low":"`, c.Low)
 	b = appendDec(b, `","close":"`, c.Close)
-	b = appendDec(b, `","volume":"`, c.Volume)
-	b = appendDec(b, `","quote_volume":"`, c.QuoteVolume)
+	b = c.Volume.Append(append(b, `","volume":"`...))
+	b = c.QuoteVolume.Append(append(b, `","quote_volume":"`...))
 	b = append(b, `","trades":`...)
 	b = strconv.AppendInt(b, c.Trades, 10)
 	b = append(b, `,"gap":`...)
@@ -121,9 +121,9 @@ func parseFast(b []byte) (Candle, bool) {
 		case "close":
 			c.Close, err = decimal.Parse(val)
 		case "volume":
-			c.Volume, err = decimal.Parse(val)
+			c.Volume, err = decimal.ParseSum(val)
 		case "quote_volume":
-			c.QuoteVolume, err = decimal.Parse(val)
+			c.QuoteVolume, err = decimal.ParseSum(val)
 		case "trades":
 			c.Trades, err = strconv.ParseInt(string(val), 10, 64)
 		case "gap":

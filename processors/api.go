@@ -20,6 +20,7 @@ const (
 	ReasonInvalidTS     Reason = "invalid_ts"
 	ReasonOversized     Reason = "oversized"
 	ReasonUnknownKey    Reason = "unknown_key"
+	ReasonInvalidKey    Reason = "invalid_key" // invalid UTF-8 or a control character in the key
 	ReasonLate          Reason = "late"
 	ReasonDuplicate     Reason = "duplicate"
 	ReasonFuture        Reason = "future"
@@ -27,7 +28,7 @@ const (
 
 // Reasons lists every reason code (for metrics and docs).
 var Reasons = []Reason{ReasonMalformedJSON, ReasonNotObject, ReasonMissingField, ReasonInvalidPrice,
-	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonLate, ReasonDuplicate, ReasonFuture}
+	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonInvalidKey, ReasonLate, ReasonDuplicate, ReasonFuture}
 
 // Record is one input record and where it came from.
 type Record struct {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/kandle/kandle/candle"
@@ -128,7 +130,7 @@ func (d *Decoder) addPath(path string, field int) error {
 // it is valid as long as value is not modified or reused. Use
 // strings.Clone(t.ID) to keep it beyond that.
 func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool) {
-	var quote decimal.Decimal
+	var quote decimal.Sum
 	kb, ok := d.scan(value, t, &quote)
 	if ok {
 		t.Key, ok = d.intern(kb)
@@ -140,11 +142,10 @@ func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool)
 }
 
 // scan is Decode without the key lookup: it validates the record, fills
-// every field of t but Key, sets quote to price × qty (checked for
-// exactness) and returns the key's bytes (which may alias d's scratch).
+// every field of t but Key, sets quote to the exact price × qty and returns the key's bytes (which may alias d's scratch).
 // The caller resolves them with intern, or with its own table of keys that
 // intern admitted before.
-func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (kb []byte, ok bool) {
+func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []byte, ok bool) {
 	if d.cfg.MaxRecordBytes > 0 && len(value) > d.cfg.MaxRecordBytes {
 		return nil, d.fail(Rejection{Reason: ReasonOversized,
 			Detail: fmt.Sprintf("record is %d bytes, the limit is %d", len(value), d.cfg.MaxRecordBytes)})
@@ -220,14 +221,13 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 		}
 	}
 	q, fast := pf.mul(qf) // a zero mant (not parsed fast) never takes this path
-	if !fast || pf.mant == 0 || qf.mant == 0 {
-		if q, err = price.Mul(qty); err != nil {
-			return nil, d.fail(Rejection{Reason: ReasonInvalidQty, Key: rawKey(),
-				Detail: fmt.Sprintf("price × qty (%s × %s) is not exact: %v", price, qty, err)})
-		}
-	}
 	t.TS, t.Price, t.Qty = ts, price, qty
-	*quote = q
+	if !fast || pf.mant == 0 || qf.mant == 0 {
+		// Exact whatever its size: widens when it needs more than 18 places.
+		*quote = decimal.Product(price, qty)
+	} else {
+		*quote = decimal.SumOf(q)
+	}
 	return kb, true
 }
 
@@ -236,6 +236,10 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 func (d *Decoder) intern(kb []byte) (string, bool) {
 	if s := d.keys.lookup(kb); s != nil {
 		return s.key, true
+	}
+	if detail := keyProblem(kb); detail != "" {
+		return "", d.fail(Rejection{Reason: ReasonInvalidKey, Key: string(kb),
+			Detail: fmt.Sprintf("key %q %s: keys must be printable UTF-8", kb, detail)})
 	}
 	if d.whitelist {
 		return "", d.fail(Rejection{Reason: ReasonUnknownKey, Key: string(kb),
@@ -305,4 +309,30 @@ func (d *Decoder) positiveSlow(raw []byte, f int) (decimal.Decimal, string) {
 		return v, fmt.Sprintf("field %q = %q must be positive", d.names[f], raw)
 	}
 	return v, ""
+}
+
+// keyProblem says why kb cannot be a key ("" when it can): keys name
+// DynamoDB items, Parquet paths, Valkey keys and JSON strings, so invalid
+// UTF-8 (which a reader would replace, merging two keys) and control
+// characters are rejected rather than rewritten.
+func keyProblem(kb []byte) string {
+	for i := 0; i < len(kb); {
+		c := kb[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return fmt.Sprintf("has the control character %#02x at byte %d", c, i)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(kb[i:])
+		if r == utf8.RuneError && size == 1 {
+			return fmt.Sprintf("is not valid UTF-8 at byte %d", i)
+		}
+		if unicode.IsControl(r) {
+			return fmt.Sprintf("has the control character %U at byte %d", r, i)
+		}
+		i += size
+	}
+	return ""
 }
