@@ -390,3 +390,18 @@ func (d Decimal) Raw() (hi, lo uint64) { return d.hi, d.lo }
 
 // FromRaw is the inverse of Raw.
 func FromRaw(hi, lo uint64) Decimal { return Decimal{hi, lo} }
+
+// MaxIntDigits is how many digits before the point a price or quantity may
+// have: kandle accepts values below 10^20, so every accepted value has at
+// most 38 significant digits (20 + 18) and fits a DynamoDB number and a
+// Parquet DECIMAL(38,18). Sums (Sum) are not limited.
+const MaxIntDigits = 20
+
+// 10^38, the raw form of 10^20.
+const limitHi, limitLo = 0x4B3B4CA85A86C47A, 0x098A224000000000
+
+// InInputRange reports whether |d| < 10^20 (see MaxIntDigits).
+func (d Decimal) InInputRange() bool {
+	m := d.abs()
+	return m.hi < limitHi || (m.hi == limitHi && m.lo < limitLo)
+}

@@ -192,3 +192,16 @@ func FuzzSum(f *testing.F) {
 		}
 	})
 }
+
+func TestInInputRange(t *testing.T) {
+	for _, tc := range []struct {
+		s  string
+		in bool
+	}{{"99999999999999999999.999999999999999999", true}, {"100000000000000000000", false},
+		{"-99999999999999999999.999999999999999999", true}, {"-100000000000000000000", false},
+		{"170141183460469231731", false}, {"0", true}, {"0.000000000000000001", true}} {
+		if got := MustParse(tc.s).InInputRange(); got != tc.in {
+			t.Errorf("%s: InInputRange = %v, want %v", tc.s, got, tc.in)
+		}
+	}
+}

@@ -274,8 +274,8 @@ func (d *Decoder) eventTime(value []byte, sp span) (int64, error) {
 	return 0, candle.ErrTime
 }
 
-// positive parses a price or qty: a JSON number or numeric string, > 0,
-// with at most 18 decimal places. A non-empty detail says what is wrong.
+// positive parses a price or qty: a JSON number or numeric string, > 0 and
+// < 10^20, with at most 18 decimal places. A non-empty detail says what is wrong.
 // When the number took the fast path, fx holds it (else fx.mant is 0).
 func (d *Decoder) positive(value []byte, sp span, f int) (v decimal.Decimal, fx fixed, detail string) {
 	raw := value[sp.start:sp.end]
@@ -295,14 +295,14 @@ func (d *Decoder) positive(value []byte, sp span, f int) (v decimal.Decimal, fx 
 
 func (d *Decoder) positiveSlow(raw []byte, f int) (decimal.Decimal, string) {
 	v, err := decimal.Parse(raw)
-	if err == nil && v.Sign() > 0 {
+	if err == nil && v.Sign() > 0 && v.InInputRange() {
 		return v, ""
 	}
 	switch {
 	case errors.Is(err, decimal.ErrPrecision):
 		return v, fmt.Sprintf("field %q = %q has more than %d decimal places", d.names[f], raw, decimal.Scale)
-	case errors.Is(err, decimal.ErrRange):
-		return v, fmt.Sprintf("field %q = %q is out of range", d.names[f], raw)
+	case errors.Is(err, decimal.ErrRange), err == nil && !v.InInputRange():
+		return v, fmt.Sprintf("field %q = %q is out of range: it must be below 10^%d", d.names[f], raw, decimal.MaxIntDigits)
 	case err != nil:
 		return v, fmt.Sprintf("field %q = %q is not a number", d.names[f], raw)
 	case v.Sign() <= 0:
