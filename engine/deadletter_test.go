@@ -75,7 +75,7 @@ func checkDeadLetter(t testing.TB, b []byte, r *processors.Rejection) envelope {
 
 func TestDeadLetterPoison(t *testing.T) {
 	ctl := bytes.Repeat([]byte{0x01, 0x1f, '"', '\\', '\n'}, 900_000/5) // 900 kB of control characters
-	bin := append(bytes.Repeat([]byte{0xff, 0x00}, 450_000), 'x')           // not UTF-8
+	bin := append(bytes.Repeat([]byte{0xff, 0x00}, 450_000), 'x')       // not UTF-8
 	for _, tc := range []struct {
 		name      string
 		value     []byte
