@@ -7,8 +7,28 @@
 // instead of rounding when an exact product needs more than 18 places, so an
 // inexact number can never enter a candle.
 //
-// The type is a plain value (two machine words): it is compared with Cmp,
-// copied freely and never allocates on the arithmetic path.
+// # Accepted inputs
+//
+// Parse reads an optional sign, digits with an optional point and fraction
+// (".5" and "5." are allowed), and an optional exponent ("1e-7", "1.5E+3").
+// The value must have at most 18 significant decimal places (trailing zeros
+// do not count) and fit the 128-bit range. kandle accepts a price or
+// quantity when, in addition, it is positive and below 10^20 (InInputRange,
+// MaxIntDigits): at most 20 digits before the point and 18 after, 38
+// significant digits in all, which every sink stores exactly.
+//
+// # Exact sums
+//
+// Volumes and quote volumes are Sums: Product(price, qty) is exact whatever
+// the inputs (up to 36 decimal places), and adding Sums never rounds and
+// never overflows. A Sum is a Decimal in the common case and widens to an
+// arbitrary-precision integer scaled by 10^36 only when a value needs it.
+// ParseSum reads the same syntax with up to 36 places and MaxSumDigits
+// digits; AppendBinary/ReadBinary are its compact binary form (state).
+//
+// Decimal is a plain value (two machine words): it is compared with Cmp,
+// copied freely and never allocates on the arithmetic path. A narrow Sum
+// does not allocate either.
 package decimal
 
 import (
