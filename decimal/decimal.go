@@ -187,6 +187,27 @@ var pow10 = [20]uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11
 // Parse reads a decimal number: an optional sign, digits with an optional
 // fraction, and an optional exponent ("12", "-0.5", "1e-7", "65000.10").
 func Parse(b []byte) (Decimal, error) {
+	d, err := parse(b)
+	if err == ErrRange {
+		// The digits overflowed 128 bits, maybe only through trailing zeros
+		// ("1.000…000" with 40 zeros): read them exactly, then narrow.
+		s, werr := parseWide(b)
+		if werr == ErrSumPrecision {
+			return Decimal{}, ErrPrecision
+		}
+		if werr == nil {
+			if n, ok := s.Decimal(); ok {
+				return n, nil
+			}
+			if s.fitsRange() {
+				return Decimal{}, ErrPrecision // in range, but more than 18 places
+			}
+		}
+	}
+	return d, err
+}
+
+func parse(b []byte) (Decimal, error) {
 	i, n := 0, len(b)
 	if n == 0 {
 		return Decimal{}, ErrSyntax

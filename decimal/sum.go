@@ -122,6 +122,15 @@ func narrow(w *big.Int) Sum {
 	return Sum{w: w}
 }
 
+// fitsRange reports whether s, cut to 18 places, is within the Decimal range.
+func (s Sum) fitsRange() bool {
+	if s.w == nil {
+		return true
+	}
+	q := new(big.Int).Quo(s.w, bigUnit)
+	return q.Cmp(maxRaw) <= 0 && q.Cmp(minRaw) >= 0
+}
+
 // bigRaw returns d ×10^18 as a big integer.
 func (d Decimal) bigRaw() *big.Int {
 	m := d.abs()
@@ -190,7 +199,7 @@ var ErrSumPrecision = errors.New("decimal: more than 36 decimal places")
 // ParseSum reads a Sum: the syntax of Parse with up to 36 decimal places
 // and up to MaxSumDigits digits.
 func ParseSum(b []byte) (Sum, error) {
-	d, err := Parse(b)
+	d, err := parse(b)
 	if err == nil {
 		return Sum{d: d}, nil
 	}
