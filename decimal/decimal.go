@@ -251,33 +251,9 @@ func parse(b []byte) (Decimal, error) {
 	if digits == 0 {
 		return Decimal{}, ErrSyntax
 	}
-	exp := 0
-	if i < n && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		eneg := false
-		if i < n && (b[i] == '-' || b[i] == '+') {
-			eneg = b[i] == '-'
-			i++
-		}
-		if i == n {
-			return Decimal{}, ErrSyntax
-		}
-		for ; i < n; i++ {
-			c := b[i]
-			if c < '0' || c > '9' {
-				return Decimal{}, ErrSyntax
-			}
-			exp = exp*10 + int(c-'0')
-			if exp > 1000 {
-				return Decimal{}, ErrRange
-			}
-		}
-		if eneg {
-			exp = -exp
-		}
-	}
-	if i != n {
-		return Decimal{}, ErrSyntax
+	exp, err := exponent(b[i:])
+	if err != nil {
+		return Decimal{}, err
 	}
 	dp := frac - exp // decimal places of hi:lo
 	for dp > Scale {
@@ -309,6 +285,40 @@ func parse(b []byte) (Decimal, error) {
 		d = d.Neg()
 	}
 	return d, nil
+}
+
+// exponent reads what follows the digits of a number: nothing, or an
+// exponent ("e-7", "E+3") of at most 1000 in magnitude.
+func exponent(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if b[0] != 'e' && b[0] != 'E' {
+		return 0, ErrSyntax
+	}
+	b = b[1:]
+	neg := false
+	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
+		neg = b[0] == '-'
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, ErrSyntax
+	}
+	exp := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, ErrSyntax
+		}
+		exp = exp*10 + int(c-'0')
+		if exp > 1000 {
+			return 0, ErrRange
+		}
+	}
+	if neg {
+		exp = -exp
+	}
+	return exp, nil
 }
 
 // MustParse is Parse for constants in tests and examples; it panics on error.

@@ -245,33 +245,9 @@ func parseWide(b []byte) (Sum, error) {
 	if digits == 0 {
 		return Sum{}, ErrSyntax
 	}
-	exp := 0
-	if i < n && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		eneg := false
-		if i < n && (b[i] == '-' || b[i] == '+') {
-			eneg = b[i] == '-'
-			i++
-		}
-		if i == n {
-			return Sum{}, ErrSyntax
-		}
-		for ; i < n; i++ {
-			c := b[i]
-			if c < '0' || c > '9' {
-				return Sum{}, ErrSyntax
-			}
-			exp = exp*10 + int(c-'0')
-			if exp > 1000 {
-				return Sum{}, ErrRange
-			}
-		}
-		if eneg {
-			exp = -exp
-		}
-	}
-	if i != n {
-		return Sum{}, ErrSyntax
+	exp, err := exponent(b[i:])
+	if err != nil {
+		return Sum{}, err
 	}
 	// Trailing zeros of the fraction do not count as places.
 	dp := frac - exp

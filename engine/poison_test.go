@@ -153,9 +153,9 @@ func checkPoisonOutputs(t *testing.T, seeds []string, in poisonInput, within tim
 	t.Fatalf("after %s: %s", within, problem)
 }
 
-// A 900 kB record of control characters through a live stage: the stage
-// writes a truncated dead letter, commits and moves on to later records.
-func TestPoisonRecordLive(t *testing.T) {
+// poisonSetup starts a dev broker with the poison input and parses the
+// topology for it.
+func poisonSetup(t *testing.T) ([]string, *topology.Topology, poisonInput) {
 	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,13 @@ func TestPoisonRecordLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := producePoison(t, seeds)
+	return seeds, top, producePoison(t, seeds)
+}
+
+// A 900 kB record of control characters through a live stage: the stage
+// writes a truncated dead letter, commits and moves on to later records.
+func TestPoisonRecordLive(t *testing.T) {
+	seeds, top, in := poisonSetup(t)
 	f := &fixture{t: t, seeds: seeds, top: top}
 	r := f.start(t.TempDir(), "a")
 	defer r.stop(t)
@@ -176,17 +182,7 @@ func TestPoisonRecordLive(t *testing.T) {
 // The same input through `kandle replay` writing to the topics: the replay
 // finishes (no MESSAGE_TOO_LARGE) with the same dead letter and candles.
 func TestPoisonRecordReplay(t *testing.T) {
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	seeds := b.Addrs()
-	top, err := topology.Parse("poison.yaml", fmt.Appendf(nil, poisonTopology, seeds[0]), topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := producePoison(t, seeds)
+	seeds, top, in := poisonSetup(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		t.Fatal(err)
