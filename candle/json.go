@@ -16,9 +16,9 @@ func (c *Candle) AppendJSON(b []byte) []byte {
 	b = slices.Grow(b, 192+len(c.Symbol)) // one allocation for the whole object
 	b = append(b, `{"symbol":`...)
 	b = AppendJSONString(b, c.Symbol)
-	b = append(b, `,"timeframe":"`...)
-	b = append(b, c.Timeframe...)
-	b = append(b, `","open_time":`...)
+	b = append(b, `,"timeframe":`...)
+	b = AppendJSONString(b, c.Timeframe)
+	b = append(b, `,"open_time":`...)
 	b = strconv.AppendInt(b, c.OpenTime, 10)
 	b = append(b, `,"close_time":`...)
 	b = strconv.AppendInt(b, c.CloseTime, 10)
@@ -103,11 +103,14 @@ func parseFast(b []byte) (Candle, bool) {
 			val, i = b[i:j], j
 		}
 		var err error
+		ok := true // false: a shape the fast path does not take
 		switch string(key) {
 		case "symbol":
 			c.Symbol = string(val)
+			ok = quoted
 		case "timeframe":
 			c.Timeframe = string(val)
+			ok = quoted
 		case "open_time":
 			c.OpenTime, err = strconv.ParseInt(string(val), 10, 64)
 		case "close_time":
@@ -138,7 +141,7 @@ func parseFast(b []byte) (Candle, bool) {
 		default:
 			return c, false
 		}
-		if err != nil || (quoted && (string(key) == "open_time" || string(key) == "close_time" || string(key) == "trades")) {
+		if err != nil || !ok || (quoted && (string(key) == "open_time" || string(key) == "close_time" || string(key) == "trades")) {
 			return c, false
 		}
 		if i >= len(b) {
