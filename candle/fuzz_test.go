@@ -52,7 +52,7 @@ func TestAppendJSONStringStrict(t *testing.T) {
 // Wide volumes (more than 18 places, beyond 128 bits) survive the wire
 // format both ways, through the fast decoder and through encoding/json.
 func TestJSONWideVolumes(t *testing.T) {
-	c := Candle{Symbol: "TOKEN\x01", Timeframe: "1m", OpenTime: 60000, CloseTime: 120000,
+	c := Candle{Symbol: "TOKEN/é\"€", Timeframe: "1m", OpenTime: 60000, CloseTime: 120000,
 		Open: decimal.MustParse("0.000000000000000001"), High: decimal.MustParse("8356.7124"),
 		Low: decimal.MustParse("0.000000000000000001"), Close: decimal.MustParse("8356.7124"),
 		Volume:      decimal.MustParseSum("340282366920938463463.374607431768211454"),
@@ -69,6 +69,23 @@ func TestJSONWideVolumes(t *testing.T) {
 	var viaStd Candle
 	if err := json.Unmarshal(b, &viaStd); err != nil || !viaStd.Equal(&c) {
 		t.Fatalf("json.Unmarshal(%s) = %+v, %v", b, viaStd, err)
+	}
+}
+
+// A candle whose symbol or timeframe is not printable UTF-8 is refused:
+// kandle never writes one, and reading it would merge or garble names.
+func TestParseJSONRejectsBadNames(t *testing.T) {
+	for _, in := range []string{
+		`{"symbol":"A\u0001","timeframe":"1m","open_time":0,"close_time":1}`,
+		"{\"symbol\":\"A\x01\",\"timeframe\":\"1m\",\"open_time\":0,\"close_time\":1}",
+		"{\"symbol\":\"A\xff\",\"timeframe\":\"1m\",\"open_time\":0,\"close_time\":1}",
+		`{"symbol":"A\ud800","timeframe":"1m","open_time":0,"close_time":1}`,
+		`{"symbol":"A","timeframe":"1m\u0000","open_time":0,"close_time":1}`,
+		"{\"symbol\":\"A\",\"timeframe\":\"\x81\",\"close_time\":1}",
+	} {
+		if c, err := ParseJSON([]byte(in)); err == nil {
+			t.Errorf("ParseJSON(%q) accepted %+v", in, c)
+		}
 	}
 }
 

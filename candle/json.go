@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/kandle/kandle/decimal"
 	"slices"
 	"strconv"
@@ -53,6 +54,11 @@ func ParseJSON(b []byte) (Candle, error) {
 	}
 	if c.Symbol == "" || c.Timeframe == "" || c.CloseTime <= c.OpenTime {
 		return Candle{}, errors.New("candle: missing symbol, timeframe or window")
+	}
+	for _, s := range [...]string{c.Symbol, c.Timeframe} {
+		if p := KeyProblem([]byte(s)); p != "" {
+			return Candle{}, fmt.Errorf("candle: %q %s: kandle writes only printable UTF-8 names", s, p)
+		}
 	}
 	return c, nil
 }

@@ -1,6 +1,8 @@
 package candle
 
 import (
+	"fmt"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -59,4 +61,33 @@ func AppendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// KeyProblem says why kb cannot be a key (symbol or device id), or "" when
+// it can. Keys name DynamoDB items, Parquet paths, Valkey keys and JSON
+// strings, so they must be printable UTF-8: invalid UTF-8 (which readers
+// replace, merging two keys), control characters and U+FFFD (the mark of
+// such a replacement upstream) are rejected rather than rewritten.
+func KeyProblem(kb []byte) string {
+	for i := 0; i < len(kb); {
+		c := kb[i]
+		if c < utf8.RuneSelf {
+			if c < 0x20 || c == 0x7f {
+				return fmt.Sprintf("has the control character %#02x at byte %d", c, i)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(kb[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return fmt.Sprintf("is not valid UTF-8 at byte %d", i)
+		case r == utf8.RuneError:
+			return fmt.Sprintf("has U+FFFD (a replaced invalid character) at byte %d", i)
+		case unicode.IsControl(r):
+			return fmt.Sprintf("has the control character %U at byte %d", r, i)
+		}
+		i += size
+	}
+	return ""
 }

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/kandle/kandle/candle"
@@ -237,7 +235,7 @@ func (d *Decoder) intern(kb []byte) (string, bool) {
 	if s := d.keys.lookup(kb); s != nil {
 		return s.key, true
 	}
-	if detail := keyProblem(kb); detail != "" {
+	if detail := candle.KeyProblem(kb); detail != "" {
 		return "", d.fail(Rejection{Reason: ReasonInvalidKey, Key: string(kb),
 			Detail: fmt.Sprintf("key %q %s: keys must be printable UTF-8", kb, detail)})
 	}
@@ -309,30 +307,4 @@ func (d *Decoder) positiveSlow(raw []byte, f int) (decimal.Decimal, string) {
 		return v, fmt.Sprintf("field %q = %q must be positive", d.names[f], raw)
 	}
 	return v, ""
-}
-
-// keyProblem says why kb cannot be a key ("" when it can): keys name
-// DynamoDB items, Parquet paths, Valkey keys and JSON strings, so invalid
-// UTF-8 (which a reader would replace, merging two keys) and control
-// characters are rejected rather than rewritten.
-func keyProblem(kb []byte) string {
-	for i := 0; i < len(kb); {
-		c := kb[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == 0x7f {
-				return fmt.Sprintf("has the control character %#02x at byte %d", c, i)
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRune(kb[i:])
-		if r == utf8.RuneError && size == 1 {
-			return fmt.Sprintf("is not valid UTF-8 at byte %d", i)
-		}
-		if unicode.IsControl(r) {
-			return fmt.Sprintf("has the control character %U at byte %d", r, i)
-		}
-		i += size
-	}
-	return ""
 }

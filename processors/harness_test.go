@@ -107,7 +107,7 @@ func fmtRejection(r *Rejection) string {
 	key := ""
 	if r.Key != "" {
 		key = " " + r.Key
-		if keyProblem([]byte(r.Key)) != "" {
+		if candle.KeyProblem([]byte(r.Key)) != "" {
 			key = " " + strconv.Quote(r.Key) // keep fixtures printable text
 		}
 	}
