@@ -115,6 +115,11 @@ func (s Sum) wide() *big.Int {
 
 // narrow returns the Sum of w/10^36, in the narrow form when it fits.
 func narrow(w *big.Int) Sum {
+	// 10^18 = 2^18 × 5^18: fewer than 18 trailing zero bits means more than
+	// 18 places, without a division (the common wide case: tiny products).
+	if w.Sign() != 0 && w.TrailingZeroBits() < Scale {
+		return Sum{w: w}
+	}
 	q, r := new(big.Int).QuoRem(w, bigUnit, new(big.Int))
 	if r.Sign() == 0 && q.Cmp(maxRaw) <= 0 && q.Cmp(minRaw) >= 0 {
 		return Sum{d: fromBig(q)}
