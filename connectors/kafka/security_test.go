@@ -100,7 +100,7 @@ func TestClientOptsErrors(t *testing.T) {
   sasl: {mechanism: plain, username: alice, password_env: KANDLE_TEST_KAFKA_PASSWORD}`,
 			false, []string{"not signed by a CA in " + other.CA + " (kafka.tls.ca_file)", "x509"}},
 		{"plaintext to a TLS broker", `
-  sasl: {mechanism: plain, username: alice, password_env: KANDLE_TEST_KAFKA_PASSWORD}`,
+  sasl: {mechanism: plain, username: alice, password_env: KANDLE_TEST_KAFKA_PASSWORD, allow_plaintext: true}`,
 			false, []string{"add tls: {enabled: true}"}},
 		{"no SASL for a SASL broker", `
   tls: {enabled: true, ca_file: ` + files.CA + `}`,
