@@ -62,7 +62,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		opts = append(opts, engine.WithOnly(o...))
 	}
 	if *stateDir != "" {
-		if err := os.MkdirAll(*stateDir, 0o755); err != nil {
+		if err := os.MkdirAll(*stateDir, 0o700); err != nil {
 			return err
 		}
 	}

@@ -95,8 +95,6 @@ sinks:
     url: s3://bucket/lake
     endpoint: %[3]s
     path_style: true
-    access_key_id: test
-    secret_access_key: test
     flush_age: 1s
     request_timeout: 2s
     max_backoff: 300ms
