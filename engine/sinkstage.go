@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/sinkkit"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/topology"
 )
@@ -86,12 +86,20 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		// The same session as the processor stages: without it kgo's 45 s
 		// default would keep a crashed instance's sink partitions idle that long.
 		kgo.SessionTimeout(e.sessionTimeout),
+		kgo.OnPartitionsRevoked(s.moved), kgo.OnPartitionsLost(s.moved),
 		kgo.WithLogger(kgoLogger(s.log)))...)
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: kafka client: %w", name, err)
 	}
 	s.cl = cl
 	return s, nil
+}
+
+// moved forgets the lag of partitions this sink no longer reads.
+func (s *sinkStage) moved(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	for t, ps := range m {
+		s.e.health.moved("sink "+s.name, t, ps)
+	}
 }
 
 func (s *sinkStage) run(ctx context.Context) error {
@@ -138,6 +146,7 @@ func (s *sinkStage) run(ctx context.Context) error {
 			}
 			pending, last = pending[:0], time.Now()
 		}
+		s.e.health.turn("sink "+s.name, s.cl, fs)
 		if ctx.Err() != nil {
 			return s.stop(nil)
 		}
@@ -148,7 +157,7 @@ func (s *sinkStage) run(ctx context.Context) error {
 // refuses for good are dead-lettered.
 func (s *sinkStage) write(ctx context.Context, cs []candle.Candle, ts []candle.Trade) error {
 	if len(cs) > 0 {
-		err := retry(ctx, s.log, "write candles", func() error { return s.sink.Write(ctx, cs) })
+		err := s.retry(ctx, "write candles", func() error { return s.sink.Write(ctx, cs) })
 		var rej RejectedCandles
 		if errors.As(err, &rej) {
 			s.deadLetter(ctx, rej)
@@ -163,7 +172,7 @@ func (s *sinkStage) write(ctx context.Context, cs []candle.Candle, ts []candle.T
 		}
 	}
 	if len(ts) > 0 {
-		err := retry(ctx, s.log, "write trades", func() error { return s.trades.WriteTrades(ctx, ts) })
+		err := s.retry(ctx, "write trades", func() error { return s.trades.WriteTrades(ctx, ts) })
 		var rej RejectedTrades
 		if errors.As(err, &rej) {
 			for _, t := range rej.Trades() {
@@ -211,7 +220,7 @@ func tradeJSON(t candle.Trade) []byte {
 }
 
 func (s *sinkStage) flushAndCommit(ctx context.Context, recs []*kgo.Record) error {
-	if err := retry(ctx, s.log, "flush", func() error { return s.sink.Flush(ctx) }); err != nil {
+	if err := s.retry(ctx, "flush", func() error { return s.sink.Flush(ctx) }); err != nil {
 		return err
 	}
 	now := time.Now().UnixMilli()
@@ -239,28 +248,32 @@ func (s *sinkStage) stop(err error) error {
 	return err
 }
 
-// retry runs fn until it succeeds, returns a RejectedCandles error, or ctx
-// ends, with jittered exponential backoff (an outage pauses the stage, it
-// never drops data).
-func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) error {
-	backoff := 100 * time.Millisecond
+// retry runs fn until it succeeds, returns a RejectedCandles or
+// RejectedTrades error, or ctx ends, pausing with the shared sink backoff:
+// an outage pauses the stage (it polls nothing meanwhile, so memory stays
+// bounded and lag grows instead) and never drops data. While fn fails the
+// sink counts as unreachable for the readiness probe.
+func (s *sinkStage) retry(ctx context.Context, what string, fn func() error) error {
+	loop := "sink " + s.name
+	policy := sinkkit.Backoff{Min: sinkkit.DefaultMin, Max: sinkkit.DefaultMax}
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		var rc RejectedCandles
 		var rt RejectedTrades
 		if err == nil || errors.As(err, &rc) || errors.As(err, &rt) {
+			if attempt > 1 {
+				s.e.health.sinkDown(loop, "")
+				s.log.Info("sink recovered", "what", what, "attempts", attempt)
+			}
 			return err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		log.Warn("sink call failed; retrying", "what", what, "attempt", attempt, "err", err)
-		d := backoff/2 + rand.N(backoff/2+1)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(d):
+		s.e.health.sinkDown(loop, fmt.Sprintf("%s failing: %v", what, err))
+		s.log.Warn("sink call failed; retrying", "what", what, "attempt", attempt, "err", err)
+		if err := sinkkit.Sleep(ctx, policy.Delay(attempt-1)); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, 10*time.Second)
 	}
 }

@@ -1,0 +1,113 @@
+// Package sinkkit is what every sink connector and the engine's sink stages
+// share to survive outages: one retry pause policy (jittered exponential
+// backoff), one way to wait for it under a context, one rejected-record
+// error, and one test for "the store is not reachable" (as opposed to "the
+// store said no").
+//
+// Transient failures (throttling, timeouts, lost connections) are retried
+// with Backoff until the store answers or the context ends, so an outage
+// pauses a sink and never loses data. A record the store refuses for good
+// (a validation error, an item over the size limit, a key of the wrong type)
+// comes back as a *Rejected error naming the store's reason: the engine
+// dead-letters that record with reason sink_rejected and moves on.
+package sinkkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"syscall"
+	"time"
+)
+
+// Backoff is the retry pause policy: attempt n (0-based) waits a uniformly
+// random duration in [d/2, d] with d = min(Min·2ⁿ, Max). The jitter keeps
+// instances that failed together from retrying together.
+type Backoff struct {
+	Min, Max time.Duration
+}
+
+// The pauses sinks use unless their config says otherwise.
+const (
+	DefaultMin = 100 * time.Millisecond
+	DefaultMax = 10 * time.Second
+)
+
+// Delay returns the pause before retry attempt n (0-based).
+func (b Backoff) Delay(n int) time.Duration {
+	lo, hi := b.Min, b.Max
+	if lo <= 0 {
+		lo = DefaultMin
+	}
+	if hi < lo {
+		hi = lo
+	}
+	d := hi
+	if n < 62 {
+		if x := lo << n; x > 0 && x < hi {
+			d = x
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// Sleep waits d, or until ctx ends (then it returns ctx's error).
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Rejected says a store refused some records for good: retrying cannot
+// help. Reason is the store's own message (it goes into the dead letter's
+// detail); Index lists the refused records by position in the call's input
+// when the sink knows them (nil: see the sink's own error type).
+type Rejected struct {
+	Reason string
+	Index  []int
+	Err    error // the store's error, if any
+}
+
+func (r *Rejected) Error() string {
+	if r.Err != nil {
+		return fmt.Sprintf("rejected by the store: %s: %v", r.Reason, r.Err)
+	}
+	return "rejected by the store: " + r.Reason
+}
+
+func (r *Rejected) Unwrap() error { return r.Err }
+
+// IsRejected reports whether err (or an error it wraps) is a *Rejected.
+func IsRejected(err error) bool {
+	var r *Rejected
+	return errors.As(err, &r)
+}
+
+// Unreachable reports whether err means nothing answered at the network
+// level (refused or reset connections, timeouts, unknown hosts): the store
+// or broker is down or not up yet, so the caller should wait and retry
+// rather than give up. Errors a server sent back (bad credentials, a
+// missing bucket) are not unreachable: they need an operator.
+func Unreachable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &op), errors.As(err, &dns),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	var to interface{ Timeout() bool }
+	return errors.As(err, &to) && to.Timeout()
+}
