@@ -123,6 +123,7 @@ type sxHarness struct {
 	once     sync.Once
 	stateDir string // kandle run's, kept across its restarts
 	process  bool   // run kandle run as a child process
+	runArgs  []string // more flags for kandle run
 	kill     func() // SIGKILL it (process mode)
 
 	ddbAddr, ddbDir     string
@@ -186,6 +187,7 @@ func (h *sxHarness) startRun() {
 	}
 	// A short session lets a killed member's partitions move on sooner.
 	args := []string{"run", "-t", h.top, "-state-dir", h.stateDir, "-instance", "sx", "-session-timeout", "6s"}
+	args = append(args, h.runArgs...)
 	if !h.process {
 		ctx, cancel := context.WithCancel(h.ctx)
 		h.stopRun = cancel
