@@ -53,13 +53,14 @@ func (b Backoff) Delay(n int) time.Duration {
 	return d/2 + rand.N(d/2+1)
 }
 
-// Sleep waits d, or until ctx ends (then it returns ctx's error).
+// Sleep waits d, or until ctx ends (then it returns context.Cause(ctx),
+// which is ctx.Err() unless the canceller gave a cause).
 func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	case <-t.C:
 		return nil
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
 // Active records the newest state of an open candle. It never blocks and
@@ -103,7 +105,7 @@ func (s *Sink) loop() {
 			s.log.Warn("valkey unreachable; holding the newest active candle per window until it is back", "err", err, "attempt", fails+1)
 		}
 		fails++
-		if !sleep(ctx, backoff(fails-1)) {
+		if sinkkit.Sleep(ctx, backoff(fails-1)) != nil {
 			return
 		}
 		select { // retry what was put back, also when coalesce is 0
