@@ -220,7 +220,24 @@ func tradeJSON(t candle.Trade) []byte {
 }
 
 func (s *sinkStage) flushAndCommit(ctx context.Context, recs []*kgo.Record) error {
-	if err := s.retry(ctx, "flush", func() error { return s.sink.Flush(ctx) }); err != nil {
+	// A flush can refuse records for good too (a Valkey key of another
+	// type, an item DynamoDB will not take): those are dead-lettered like
+	// refusals at write time and the rest counts as written. Only the end
+	// of ctx stops the stage, never one bad record.
+	err := s.retry(ctx, "flush", func() error { return s.sink.Flush(ctx) })
+	var rc RejectedCandles
+	var rt RejectedTrades
+	switch {
+	case errors.As(err, &rc):
+		s.deadLetter(ctx, rc)
+		err = nil
+	case errors.As(err, &rt):
+		for _, t := range rt.Trades() {
+			s.deadLetterRecord(ctx, t.Key, tradeJSON(t), rt.Error())
+		}
+		err = nil
+	}
+	if err != nil {
 		return err
 	}
 	now := time.Now().UnixMilli()

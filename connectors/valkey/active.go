@@ -125,6 +125,8 @@ type activeWriter struct {
 	syms   []string
 	seen   map[string]struct{}
 	msg    []byte
+	owner  []int           // cmds[i] belongs to candle owner[i] of the chunk (-1: none)
+	wrong  map[string]bool // hashes whose WRONGTYPE was logged
 }
 
 // maxPipeline is the most candles in one active pipeline; a flush of more
@@ -185,28 +187,48 @@ func (a *activeWriter) send(ctx context.Context, cs []candle.Candle) error {
 		a.top[k] = top
 	}
 	stale := 0
+	a.owner = a.owner[:0]
 	for i := range cs {
 		c := &cs[i]
 		if c.OpenTime == a.top[keyOf(c)] {
 			hk := s.names.hash(c.Timeframe, c.Symbol)
 			a.cmds = append(a.cmds, hset(b, hk, c), b.Pexpire().Key(hk).Milliseconds(ttl(s.ttlMs, c)).Build())
+			a.owner = append(a.owner, i, i)
 		} else {
 			stale++ // a late update of an older window: publish only
 		}
 		a.msg = message(a.msg, c, false)
 		a.cmds = append(a.cmds, b.Publish().Channel(s.names.channel(c.Timeframe, c.Symbol)).Message(string(a.msg)).Build())
+		a.owner = append(a.owner, i)
 		if _, ok := a.seen[c.Symbol]; !ok {
 			a.seen[c.Symbol] = struct{}{}
 			a.syms = append(a.syms, c.Symbol)
 		}
 	}
 	a.cmds = append(a.cmds, b.Sadd().Key(s.names.symbols()).Member(a.syms...).Build())
+	a.owner = append(a.owner, -1)
 
+	// The pipeline's commands are independent: a key that holds another
+	// type (WRONGTYPE) fails only its own commands, and retrying cannot fix
+	// it, so that key's update is rejected while every other key's stands.
+	// Any other error (connection lost, timeout) retries the whole chunk.
+	var rejected []int
 	err := s.timed(ctx, kindActive, func(ctx context.Context) error {
-		for _, r := range s.doMulti(ctx, s.client, a.cmds...) {
-			if err := r.Error(); err != nil {
-				return err
+		rejected = rejected[:0]
+		for i, r := range s.doMulti(ctx, s.client, a.cmds...) {
+			err := r.Error()
+			if err == nil {
+				continue
 			}
+			if isWrongType(err) && a.owner[i] >= 0 {
+				rejected = append(rejected, a.owner[i])
+				continue
+			}
+			if isWrongType(err) { // the symbols set itself
+				s.log.Warn("valkey: the symbols set holds another type; remove or rename that key", "key", s.names.symbols(), "err", err)
+				continue
+			}
+			return err
 		}
 		return nil
 	})
@@ -217,9 +239,43 @@ func (a *activeWriter) send(ctx context.Context, cs []candle.Candle) error {
 	for k, top := range a.top {
 		a.newest[k] = top
 	}
-	s.m.written.WithLabelValues(kindActive).Add(float64(len(cs)))
+	bad := a.reject(cs, rejected)
+	s.m.written.WithLabelValues(kindActive).Add(float64(len(cs) - bad))
 	s.m.stale.Add(float64(stale))
 	return nil
+}
+
+// reject counts and logs (once per key until it recovers) the active
+// updates of cs at the given positions that Valkey refused with WRONGTYPE,
+// and returns how many candles that was.
+func (a *activeWriter) reject(cs []candle.Candle, at []int) int {
+	s := a.s
+	if a.wrong == nil {
+		a.wrong = make(map[string]bool)
+	}
+	seen := map[int]bool{}
+	for _, i := range at {
+		if seen[i] {
+			continue
+		}
+		seen[i] = true
+		c := &cs[i]
+		hk := s.names.hash(c.Timeframe, c.Symbol)
+		s.m.activeRejected.Inc()
+		if !a.wrong[hk] {
+			a.wrong[hk] = true
+			s.log.Warn("valkey: key holds another type (WRONGTYPE); its live updates are rejected, other keys go on. Delete or rename the key to resume it",
+				"key", hk, "symbol", c.Symbol, "timeframe", c.Timeframe)
+		}
+	}
+	if len(a.wrong) > 0 && len(seen) < len(cs) {
+		for i := range cs {
+			if !seen[i] {
+				delete(a.wrong, s.names.hash(cs[i].Timeframe, cs[i].Symbol))
+			}
+		}
+	}
+	return len(seen)
 }
 
 // requeue puts unsent candles back (at most one per key) unless a newer one

@@ -312,3 +312,37 @@ func TestWriteFlushesLargeBuffer(t *testing.T) {
 	}
 	wantHash(t, hgetall(t, r, "candle:active:1m:B"+itoa(maxBuffered+4)), cs[maxBuffered+4])
 }
+
+// A key that holds another type (WRONGTYPE) rejects only its own live
+// updates: FlushActive succeeds, every other key keeps being stored and
+// published, and the rejection is counted. (It used to fail the whole
+// pipeline, so the flush goroutine retried it forever and froze every key.)
+func TestActiveWrongTypeIsolated(t *testing.T) {
+	srv := startRedis(t)
+	r := reader(t, srv.Addr)
+	s := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = 0 })
+	ctx := context.Background()
+	if err := r.Do(ctx, r.B().Set().Key("candle:active:1m:BAD").Value("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	pub := subscribe(t, r, "pub:candle:1m:GOOD")
+	for n := int64(1); n <= 3; n++ {
+		good := mk("GOOD", 1, "1", itoa(int(n)), "1", "1", "1", "1", n)
+		s.Active(mk("BAD", 1, "1", "1", "1", "1", "1", "1", n))
+		s.Active(good)
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.FlushActive(fctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("FlushActive %d with a WRONGTYPE key: %v", n, err)
+		}
+		wantHash(t, hgetall(t, r, "candle:active:1m:GOOD"), good)
+		recv(t, pub)
+	}
+	if got := counter(s.m.activeRejected); got != 3 {
+		t.Fatalf("active_rejected_total = %v, want 3", got)
+	}
+	if v, err := r.Do(ctx, r.B().Get().Key("candle:active:1m:BAD").Build()).ToString(); err != nil || v != "x" {
+		t.Fatalf("the foreign key was touched: %q %v", v, err)
+	}
+}
