@@ -30,7 +30,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	rate := fs.Float64("rate", 50, "live trades per second after the backlog")
 	duration := fs.Duration("duration", 0, "stop after this long (0 = run until Ctrl-C)")
 	show := fs.String("show", "1m,5m,15m,1h", "timeframes whose closed candles are printed")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *duration > 0 {

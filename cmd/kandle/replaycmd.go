@@ -28,7 +28,7 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	parts := fs.String("partitions", "", "comma-separated source partitions to replay (default all)")
 	out := fs.String("out", "topics", "where results go: topics (the topology's output and dead-letter topics), a file path, or - for stdout (JSON lines)")
 	warmup := fs.Duration("warmup", 0, "history read before a mid-stream --from (default: the longest window of the topology plus its lateness)")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	t, err := loadTopology(*top)

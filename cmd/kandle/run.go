@@ -31,7 +31,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	sessionTimeout := fs.Duration("session-timeout", 10*time.Second, "consumer group session timeout: how long a crashed or frozen instance keeps its partitions before the group moves them")
 	readyLag := fs.Int64("ready-lag", engine.DefaultReadyLag, "/readyz answers not ready while a stage or sink is more than this many input records behind")
 	stallAfter := fs.Duration("stall-after", engine.DefaultStallAfter, "/healthz answers not alive once a stage or sink loop has not turned for this long")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	t, err := loadTopology(*top)
