@@ -71,6 +71,7 @@ type KafkaSASL struct {
 	Username       string `yaml:"username" doc:"User name (plain, scram-*); the API key on Confluent Cloud."`
 	AllowPlaintext bool   `yaml:"allow_plaintext" default:"false" doc:"Let plain or scram-* run without kafka.tls, so the password (plain) or the session (scram) crosses the network unencrypted. Refused unless set: only for a trusted private network or a local test broker."`
 	PasswordEnv    string `yaml:"password_env" doc:"Name of the environment variable holding the password (plain, scram-*), e.g. KAFKA_PASSWORD; the API secret on Confluent Cloud. kandle stops at startup when it is unset or empty."`
+	PasswordFile   string `yaml:"password_file" doc:"File holding the password instead of password_env (a mounted Kubernetes or Docker secret; one trailing newline is ignored). Relative paths start at the working directory."`
 }
 
 // Source is an input stream of JSON records.

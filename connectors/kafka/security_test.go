@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -67,6 +68,36 @@ func TestClientOptsTLSAndSASL(t *testing.T) {
 				t.Fatalf("consumed %q, want %q", got[0].Value, mech)
 			}
 		})
+	}
+}
+
+// The SASL password can come from a file (a mounted secret) instead of an
+// environment variable; an empty file stops ClientOpts at that key.
+func TestClientOptsPasswordFile(t *testing.T) {
+	b, files := securedBroker(t)
+	dir := t.TempDir()
+	secret, empty := filepath.Join(dir, "secret"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(secret, []byte("wonder land\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ClientOpts(kafkaConfig(t, `
+  tls: {enabled: true, ca_file: `+files.CA+`}
+  sasl: {mechanism: scram-sha-256, username: alice, password_file: `+empty+`}`)); err == nil ||
+		!strings.Contains(err.Error(), "kafka.sasl.password_file: "+empty+" is empty") {
+		t.Fatalf("ClientOpts with an empty password file: %v", err)
+	}
+	opts, err := ClientOpts(kafkaConfig(t, `
+  tls: {enabled: true, ca_file: `+files.CA+`}
+  sasl: {mechanism: scram-sha-256, username: alice, password_file: `+secret+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if _, err := EnsureTopics(ctx, newClient(t, b.Addrs(), opts...), []TopicSpec{{Name: "secured-file", Partitions: 1}}); err != nil {
+		t.Fatalf("log in with the password from the file: %v", err)
 	}
 }
 

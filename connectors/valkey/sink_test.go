@@ -3,6 +3,8 @@ package valkey
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -344,5 +346,38 @@ func TestActiveWrongTypeIsolated(t *testing.T) {
 	}
 	if v, err := r.Do(ctx, r.B().Get().Key("candle:active:1m:BAD").Build()).ToString(); err != nil || v != "x" {
 		t.Fatalf("the foreign key was touched: %q %v", v, err)
+	}
+}
+
+// The password can come from a file (a mounted secret) instead of the
+// environment; an unreadable or empty file stops New with what to do.
+func TestAuthFromFile(t *testing.T) {
+	srv := startRedis(t, "--requirepass", "file pw")
+	dir := t.TempDir()
+	cfg := DefaultConfig(srv.Addr)
+	cfg.PasswordFile = filepath.Join(dir, "missing")
+	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "password_file") {
+		t.Fatalf("New with a missing password file: %v", err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.PasswordFile = empty
+	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("New with an empty password file: %v", err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("file pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, srv.Addr, func(c *Config) { c.PasswordFile = secret })
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	both := DefaultConfig(srv.Addr)
+	both.PasswordEnv, both.PasswordFile = "X", secret
+	if errs := both.Validate(); len(errs) != 1 || !strings.Contains(errs[0], "not both") {
+		t.Fatalf("Validate with password_env and password_file: %q", errs)
 	}
 }
