@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,6 +49,11 @@ type sinkStage struct {
 	every        time.Duration
 	candleTopics map[string]bool // output topics this sink reads (the rest are trade sources)
 	closes       []int64         // close times of candles written since the last flush (for the delay histogram)
+
+	mu      sync.Mutex // held by the loop while it works and by the revoke callback
+	runCtx  context.Context
+	pending []*kgo.Record // taken, written, not yet flushed and committed
+	last    time.Time     // of the last flush
 }
 
 func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*sinkStage, error) {
@@ -86,7 +92,13 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		// The same session as the processor stages: without it kgo's 45 s
 		// default would keep a crashed instance's sink partitions idle that long.
 		kgo.SessionTimeout(e.sessionTimeout),
-		kgo.OnPartitionsRevoked(s.moved), kgo.OnPartitionsLost(s.moved),
+		// One writer per object: partitions move only between loop turns,
+		// and the revoke callback flushes and commits everything taken
+		// before they go, so the next owner starts where this one durably
+		// stopped and its read-merge-write of an object (S3 Parquet) never
+		// races this instance's.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsRevoked(s.revoked), kgo.OnPartitionsLost(s.moved),
 		kgo.WithLogger(kgoLogger(s.log)))...)
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: kafka client: %w", name, err)
@@ -102,10 +114,26 @@ func (s *sinkStage) moved(_ context.Context, _ *kgo.Client, m map[string][]int32
 	}
 }
 
+// revoked flushes the sink and commits what it took before partitions leave
+// this instance (the loop is not working meanwhile: rebalances wait for
+// AllowRebalance), so their next owner starts from durable offsets.
+func (s *sinkStage) revoked(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+	s.mu.Lock()
+	if len(s.pending) > 0 && s.runCtx != nil {
+		if err := s.flushAndCommit(s.runCtx, s.pending); err != nil {
+			s.log.Warn("flush before giving up partitions failed; the next owner rewrites from the last commit", "err", err)
+		}
+		s.pending, s.last = s.pending[:0], time.Now()
+	}
+	s.mu.Unlock()
+	s.moved(ctx, cl, m)
+}
+
 func (s *sinkStage) run(ctx context.Context) error {
 	defer s.cl.Close()
-	var pending []*kgo.Record
-	last := time.Now()
+	s.mu.Lock()
+	s.runCtx, s.last = ctx, time.Now()
+	s.mu.Unlock()
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, s.every)
 		fs := s.cl.PollFetches(pollCtx)
@@ -113,44 +141,57 @@ func (s *sinkStage) run(ctx context.Context) error {
 		if fs.IsClientClosed() {
 			return nil
 		}
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-				s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
-			}
-		})
-		var candles []candle.Candle
-		var trades []candle.Trade
-		fs.EachRecord(func(r *kgo.Record) {
-			pending = append(pending, r)
-			if s.dec != nil && !s.candleTopics[r.Topic] {
-				var t candle.Trade
-				if _, ok := s.dec.Decode(r.Value, &t); ok {
-					trades = append(trades, t)
-				}
-				return
-			}
-			c, err := candle.ParseJSON(r.Value)
-			if err != nil {
-				s.log.Warn("skipping unreadable candle", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-				s.e.m.sinkErrors.WithLabelValues(s.name).Inc()
-				return
-			}
-			candles = append(candles, c)
-		})
-		if err := s.write(ctx, candles, trades); err != nil {
+		if err := s.turn(ctx, fs); err != nil {
+			s.cl.AllowRebalance()
 			return s.stop(err)
 		}
-		if len(pending) > 0 && (time.Since(last) >= s.every || ctx.Err() != nil) {
-			if err := s.flushAndCommit(ctx, pending); err != nil {
-				return s.stop(err)
-			}
-			pending, last = pending[:0], time.Now()
-		}
-		s.e.health.turn("sink "+s.name, s.cl, fs)
+		s.cl.AllowRebalance()
 		if ctx.Err() != nil {
 			return s.stop(nil)
 		}
 	}
+}
+
+// turn takes one poll's records: writes them, and flushes and commits when
+// the flush interval has passed or the stage stops.
+func (s *sinkStage) turn(ctx context.Context, fs kgo.Fetches) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			s.log.Warn("fetch error", "topic", t, "partition", p, "err", err)
+		}
+	})
+	var candles []candle.Candle
+	var trades []candle.Trade
+	fs.EachRecord(func(r *kgo.Record) {
+		s.pending = append(s.pending, r)
+		if s.dec != nil && !s.candleTopics[r.Topic] {
+			var t candle.Trade
+			if _, ok := s.dec.Decode(r.Value, &t); ok {
+				trades = append(trades, t)
+			}
+			return
+		}
+		c, err := candle.ParseJSON(r.Value)
+		if err != nil {
+			s.log.Warn("skipping unreadable candle", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			s.e.m.sinkErrors.WithLabelValues(s.name).Inc()
+			return
+		}
+		candles = append(candles, c)
+	})
+	if err := s.write(ctx, candles, trades); err != nil {
+		return err
+	}
+	if len(s.pending) > 0 && (time.Since(s.last) >= s.every || ctx.Err() != nil) {
+		if err := s.flushAndCommit(ctx, s.pending); err != nil {
+			return err
+		}
+		s.pending, s.last = s.pending[:0], time.Now()
+	}
+	s.e.health.turn("sink "+s.name, s.cl, fs)
+	return nil
 }
 
 // write retries until the sink takes the batch or ctx ends; candles the sink
