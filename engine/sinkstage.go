@@ -98,7 +98,7 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		// stopped and its read-merge-write of an object (S3 Parquet) never
 		// races this instance's.
 		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsRevoked(s.revoked), kgo.OnPartitionsLost(s.moved),
+		kgo.OnPartitionsAssigned(s.assigned), kgo.OnPartitionsRevoked(s.revoked), kgo.OnPartitionsLost(s.moved),
 		kgo.WithLogger(kgoLogger(s.log)))...)
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: kafka client: %w", name, err)
@@ -114,6 +114,13 @@ func (s *sinkStage) moved(_ context.Context, _ *kgo.Client, m map[string][]int32
 	}
 }
 
+// assigned logs partitions this sink starts to read.
+func (s *sinkStage) assigned(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	for t, ps := range m {
+		s.log.Info("sink partitions assigned", "instance", s.e.instance, "topic", t, "partitions", ps)
+	}
+}
+
 // revoked flushes the sink and commits what it took before partitions leave
 // this instance (the loop is not working meanwhile: rebalances wait for
 // AllowRebalance), so their next owner starts from durable offsets.
@@ -126,6 +133,9 @@ func (s *sinkStage) revoked(ctx context.Context, cl *kgo.Client, m map[string][]
 		s.pending, s.last = s.pending[:0], time.Now()
 	}
 	s.mu.Unlock()
+	for t, ps := range m {
+		s.log.Info("sink partitions revoked", "instance", s.e.instance, "topic", t, "partitions", ps)
+	}
 	s.moved(ctx, cl, m)
 }
 
