@@ -92,3 +92,32 @@ func TestLakePartitionMovesMidFlush(t *testing.T) {
 	}
 	t.Logf("%d candles exact in the lake", len(want))
 }
+
+// The broker itself goes away mid-stream and comes back on the same
+// address with its data: kandle run keeps running (its clients reconnect),
+// and every sink ends exact.
+func TestBrokerRestartMidRun(t *testing.T) {
+	h := newSXHarness(t)
+	defer h.shutdown()
+	h.startRun()
+	cfg := sxStream(3000, 200*time.Minute)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		h.produce(cfg, time.Millisecond)
+	}()
+	time.Sleep(1500 * time.Millisecond) // mid-stream: the stream's pace, not a wait for a condition
+	h.stopBroker()
+	down := time.Now()
+	time.Sleep(2 * time.Second) // the outage
+	h.startBroker()
+	t.Logf("broker down for %v", time.Since(down).Round(time.Millisecond))
+	<-produced
+	h.running()
+	h.waitClosed(cfg, 90*time.Second)
+	want := h.topicCandles()
+	h.waitSinks(want, wantLedger(t, cfg), 90*time.Second)
+	if n := strings.Count(h.log.String(), "dev broker listening on "+h.broker); n != 2 {
+		t.Fatalf("the broker started %d times, want 2 (once again after the outage)", n)
+	}
+}
