@@ -28,14 +28,21 @@ func (s *Sink) Active(c candle.Candle) {
 		s.m.dropped.Inc()
 		return
 	}
+	down := s.down.Load()
+	if down && !s.keepNewest(k) {
+		s.amu.Unlock()
+		s.m.dropped.Inc() // an older window than one already waiting for Valkey
+		return
+	}
 	if _, ok := s.pending[k]; ok {
-		if s.down.Load() {
+		if down {
 			s.m.dropped.Inc() // replaced while Valkey is unreachable: never sent
 		} else {
 			s.m.coalesced.Inc()
 		}
 	}
 	s.pending[k] = c
+	s.newest[k.key] = max(s.newest[k.key], k.open)
 	s.amu.Unlock()
 	if s.cfg.Coalesce == 0 {
 		select {
@@ -43,6 +50,26 @@ func (s *Sink) Active(c candle.Candle) {
 		default:
 		}
 	}
+}
+
+// keepNewest decides, while Valkey is unreachable, whether an update of
+// window w may wait in pending: only the newest window of each key does, so
+// an outage of any length holds at most one candle per key (memory stays
+// bounded by the number of symbols, not by time). An older pending window
+// of the key is dropped (counted) in its favour. Caller holds amu.
+func (s *Sink) keepNewest(w window) bool {
+	n, ok := s.newest[w.key]
+	switch {
+	case !ok || w.open == n:
+		return true
+	case w.open < n:
+		return false
+	}
+	if _, waiting := s.pending[window{w.key, n}]; waiting {
+		delete(s.pending, window{w.key, n})
+		s.m.dropped.Inc()
+	}
+	return true
 }
 
 // FlushActive sends the pending active candles now and waits for the result.
@@ -73,6 +100,7 @@ func (s *Sink) loop() {
 		s.amu.Lock()
 		s.m.dropped.Add(float64(len(s.pending)))
 		clear(s.pending)
+		clear(s.newest)
 		s.amu.Unlock()
 	}()
 	ctx := s.ctx // cancelled by Close; also ends an in-flight round trip
@@ -144,6 +172,7 @@ func (a *activeWriter) flush(ctx context.Context) error {
 		a.batch = append(a.batch, c)
 		delete(s.pending, k)
 	}
+	clear(s.newest)
 	s.amu.Unlock()
 	for i := 0; i < len(a.batch); i += maxPipeline {
 		chunk := a.batch[i:min(i+maxPipeline, len(a.batch))]
@@ -286,8 +315,10 @@ func (a *activeWriter) requeue(cs []candle.Candle) {
 	s.amu.Lock()
 	defer s.amu.Unlock()
 	for _, c := range cs {
-		if _, ok := s.pending[windowOf(&c)]; !ok && !s.closed {
-			s.pending[windowOf(&c)] = c
+		w := windowOf(&c)
+		if _, ok := s.pending[w]; !ok && !s.closed && s.keepNewest(w) {
+			s.pending[w] = c
+			s.newest[w.key] = max(s.newest[w.key], w.open)
 		} else {
 			s.m.dropped.Inc()
 		}
