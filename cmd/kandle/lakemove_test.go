@@ -96,7 +96,7 @@ func TestLakePartitionMovesMidFlush(t *testing.T) {
 // The broker itself goes away mid-stream and comes back on the same
 // address with its data: kandle run keeps running (its clients reconnect),
 // and every sink ends exact.
-func TestBrokerRestartMidRun(t *testing.T) {
+func TestSinksSurviveBrokerRestart(t *testing.T) {
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.startRun()

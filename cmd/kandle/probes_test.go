@@ -41,17 +41,18 @@ func waitHTTP(t *testing.T, h *sxHarness, url string, within time.Duration, what
 	}
 }
 
-// kandle may start before its stores: with DynamoDB, S3 and Valkey all
-// down, `kandle run` stays up, answers /healthz (alive) and /readyz 503
-// naming the store it waits for, logs why, and once the stores come up it
-// turns ready and every sink catches up exactly: nothing lost, nothing
-// doubled.
+// kandle may start before its stores and its broker: with DynamoDB, S3,
+// Valkey and Kafka all down, `kandle run` stays up, answers /healthz
+// (alive) and /readyz 503 naming what it waits for (a sink's store, then
+// the brokers), logs why, and once everything is up it turns ready and
+// every sink catches up exactly: nothing lost, nothing doubled.
 func TestStartsBeforeItsStores(t *testing.T) {
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.redis.Stop()
 	h.s3.stop()
 	h.ddb.Stop()
+	h.stopBroker()
 	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	h.runArgs = []string{"-metrics", addr}
 	h.startRun()
@@ -68,16 +69,18 @@ func TestStartsBeforeItsStores(t *testing.T) {
 		t.Errorf("no log line says kandle waits for an unreachable store")
 	}
 
-	cfg := sxStream(1500, 70*time.Minute)
-	produced := make(chan struct{})
-	go func() {
-		defer close(produced)
-		h.produce(cfg, 0)
-	}()
 	h.startDynalite()
 	h.s3.restart()
 	h.startRedis()
-	<-produced
+	// The stores answer; the broker is still down: kandle waits for it.
+	waitHTTP(t, h, "http://"+addr+"/readyz", 60*time.Second, "while the broker is down",
+		func(code int, body string) bool { return code == http.StatusServiceUnavailable && strings.Contains(body, "brokers") })
+	if !strings.Contains(h.log.String(), "waiting for the brokers") {
+		t.Errorf("no log line says kandle waits for the brokers")
+	}
+	h.startBroker()
+	cfg := sxStream(1500, 70*time.Minute)
+	h.produce(cfg, 0)
 	h.waitClosed(cfg, 60*time.Second)
 	want := h.topicCandles()
 	h.waitSinks(want, wantLedger(t, cfg), 60*time.Second)
