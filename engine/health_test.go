@@ -24,7 +24,9 @@ func TestHealthChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	var changes []string
-	h.onChange = func(ready bool, why string) { changes = append(changes, map[bool]string{true: "ready", false: "not ready: " + why}[ready]) }
+	h.onChange = func(ready bool, why string) {
+		changes = append(changes, map[bool]string{true: "ready", false: "not ready: " + why}[ready])
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // never a group member
 	if err != nil {
 		t.Fatal(err)

@@ -20,17 +20,11 @@ import (
 // RejectedCandles is implemented by sink errors that refuse some candles for
 // good (for example an item over DynamoDB's size limit): those candles go to
 // the dead-letter topic with reason sink_rejected, and the rest of the batch
-// counts as written.
-type RejectedCandles interface {
-	error
-	Candles() []candle.Candle
-}
+// counts as written. It is sinkkit's one rejected-record contract.
+type RejectedCandles = sinkkit.RejectedCandles
 
 // RejectedTrades is the same for trade sinks (the raw ledger).
-type RejectedTrades interface {
-	error
-	Trades() []candle.Trade
-}
+type RejectedTrades = sinkkit.RejectedTrades
 
 // ReasonSinkRejected is the dead-letter reason of records a sink refused for
 // good; the detail says why. (Input records use the processors' reasons.)
@@ -184,8 +178,14 @@ func (s *sinkStage) turn(ctx context.Context, fs kgo.Fetches) error {
 			return
 		}
 		c, err := candle.ParseJSON(r.Value)
-		if err != nil {
-			s.log.Warn("skipping unreadable candle", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		if err != nil { // never silently: dead-lettered with where it came from
+			s.log.Warn("dead-lettering an unreadable candle", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+			rej := &processors.Rejection{Reason: processors.ReasonMalformedJSON, Detail: "sink " + s.name + ": unreadable candle: " + err.Error(),
+				Key: string(r.Key), Value: r.Value, Partition: r.Partition, Offset: r.Offset}
+			if perr := s.cl.ProduceSync(ctx, deadLetter(s.e.g.deadLetterTopic(), "sink."+s.name, r.Topic, rej)).FirstErr(); perr != nil {
+				s.log.Error("dead-letter write failed", "err", perr)
+			}
+			s.e.m.rejected.WithLabelValues("sink."+s.name, string(processors.ReasonMalformedJSON)).Inc()
 			s.e.m.sinkErrors.WithLabelValues(s.name).Inc()
 			return
 		}

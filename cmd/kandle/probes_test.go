@@ -58,7 +58,9 @@ func TestStartsBeforeItsStores(t *testing.T) {
 	h.startRun()
 
 	_, body := waitHTTP(t, h, "http://"+addr+"/readyz", 30*time.Second, "while the stores are down",
-		func(code int, body string) bool { return code == http.StatusServiceUnavailable && strings.Contains(body, "store unreachable") })
+		func(code int, body string) bool {
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "store unreachable")
+		})
 	if !strings.Contains(body, "not ready: sink ") {
 		t.Errorf("/readyz body %q does not name the sink it waits for", body)
 	}
@@ -74,7 +76,9 @@ func TestStartsBeforeItsStores(t *testing.T) {
 	h.startRedis()
 	// The stores answer; the broker is still down: kandle waits for it.
 	waitHTTP(t, h, "http://"+addr+"/readyz", 60*time.Second, "while the broker is down",
-		func(code int, body string) bool { return code == http.StatusServiceUnavailable && strings.Contains(body, "brokers") })
+		func(code int, body string) bool {
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "brokers")
+		})
 	if !strings.Contains(h.log.String(), "waiting for the brokers") {
 		t.Errorf("no log line says kandle waits for the brokers")
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/internal/testkit"
 )
@@ -106,4 +108,47 @@ func (h *sxHarness) rejectedProblems(want map[string]bool) []string {
 	}
 	sort.Strings(probs)
 	return probs
+}
+
+// A record on a candle topic that is not a candle (written there by
+// something other than kandle) is never skipped silently: every sink
+// reading that topic dead-letters it with reason malformed_json, its topic,
+// partition and offset, and goes on.
+func TestSinkDeadLettersUnreadableCandle(t *testing.T) {
+	h := newSXHarness(t)
+	defer h.shutdown()
+	h.startRun()
+	cl := h.kgo()
+	rec := &kgo.Record{Topic: "sx.1h", Key: []byte("BTC-USD"), Value: []byte(`{"symbol":"BTC-USD","open":`)}
+	for deadline := time.Now().Add(30 * time.Second); ; { // the topic exists once kandle created it
+		if err := cl.ProduceSync(h.ctx, rec).FirstErr(); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("produce to sx.1h: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	want := map[string]bool{"sink.history": true, "sink.lake": true, "sink.live": true}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		got := map[string]bool{}
+		for _, r := range testkit.ReadTopic(t, []string{h.broker}, "sx.dlq") {
+			var dl struct {
+				Reason, Stage, Topic, Record string
+				Partition                    int32
+				Offset                       int64
+			}
+			if json.Unmarshal(r.Value, &dl) == nil && dl.Reason == "malformed_json" && dl.Topic == "sx.1h" &&
+				dl.Partition == rec.Partition && dl.Offset == rec.Offset && dl.Record == string(rec.Value) {
+				got[dl.Stage] = true
+			}
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			break
+		}
+		h.running()
+		if time.Now().After(deadline) {
+			t.Fatalf("dead letters of the unreadable candle from %v, want from %v", got, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

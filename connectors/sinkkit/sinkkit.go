@@ -1,25 +1,27 @@
 // Package sinkkit is what every sink connector and the engine's sink stages
 // share to survive outages: one retry pause policy (jittered exponential
 // backoff), one way to wait for it under a context, one rejected-record
-// error, and one test for "the store is not reachable" (as opposed to "the
+// error contract, and one test for "the store is not reachable" (as opposed to "the
 // store said no").
 //
 // Transient failures (throttling, timeouts, lost connections) are retried
 // with Backoff until the store answers or the context ends, so an outage
 // pauses a sink and never loses data. A record the store refuses for good
 // (a validation error, an item over the size limit, a key of the wrong type)
-// comes back as a *Rejected error naming the store's reason: the engine
+// comes back as a RejectedCandles (or RejectedTrades) error naming the
+// store's reason: the engine
 // dead-letters that record with reason sink_rejected and moves on.
 package sinkkit
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/kandle/kandle/candle"
 )
 
 // Backoff is the retry pause policy: attempt n (0-based) waits a uniformly
@@ -66,29 +68,28 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// Rejected says a store refused some records for good: retrying cannot
-// help. Reason is the store's own message (it goes into the dead letter's
-// detail); Index lists the refused records by position in the call's input
-// when the sink knows them (nil: see the sink's own error type).
-type Rejected struct {
-	Reason string
-	Index  []int
-	Err    error // the store's error, if any
+// RejectedCandles is the one rejected-record error of candle sinks: the
+// store refused these candles for good (retrying cannot help) and Error
+// says why in the store's words. Everything else the call was given was
+// taken. The engine dead-letters each refused candle with reason
+// sink_rejected and that message, counts it, and moves on.
+type RejectedCandles interface {
+	error
+	Candles() []candle.Candle
 }
 
-func (r *Rejected) Error() string {
-	if r.Err != nil {
-		return fmt.Sprintf("rejected by the store: %s: %v", r.Reason, r.Err)
-	}
-	return "rejected by the store: " + r.Reason
+// RejectedTrades is the same for sinks fed raw trades (a ledger).
+type RejectedTrades interface {
+	error
+	Trades() []candle.Trade
 }
 
-func (r *Rejected) Unwrap() error { return r.Err }
-
-// IsRejected reports whether err (or an error it wraps) is a *Rejected.
+// IsRejected reports whether err (or an error it wraps) refuses records
+// for good.
 func IsRejected(err error) bool {
-	var r *Rejected
-	return errors.As(err, &r)
+	var rc RejectedCandles
+	var rt RejectedTrades
+	return errors.As(err, &rc) || errors.As(err, &rt)
 }
 
 // Unreachable reports whether err means nothing answered at the network

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/kandle/kandle/candle"
 )
 
 // Every pause lies in [d/2, d] for d = min(Min·2ⁿ, Max), so retries spread
@@ -75,14 +77,18 @@ func TestUnreachable(t *testing.T) {
 		{fmt.Errorf("head bucket: %w", context.DeadlineExceeded), true},
 		{&net.DNSError{Err: "no such host", Name: "s3.invalid"}, true},
 		{errors.New("AccessDenied: bad credentials"), false},
-		{&Rejected{Reason: "item too large"}, false},
 		{nil, false},
 	} {
 		if got := Unreachable(c.err); got != c.want {
 			t.Errorf("Unreachable(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
-	if !IsRejected(fmt.Errorf("write: %w", &Rejected{Reason: "WRONGTYPE"})) {
-		t.Error("IsRejected misses a wrapped *Rejected")
+	if !IsRejected(fmt.Errorf("write: %w", rejected{})) || IsRejected(errors.New("timeout")) {
+		t.Error("IsRejected does not tell a wrapped refusal from another error")
 	}
 }
+
+type rejected struct{}
+
+func (rejected) Error() string            { return "WRONGTYPE" }
+func (rejected) Candles() []candle.Candle { return nil }
