@@ -18,6 +18,7 @@ func shipped(t *testing.T, timeframe string, clock processors.Clock) (*processor
 	t.Helper()
 	top, err := topology.Parse("defaults.yaml", fmt.Appendf(nil, `
 name: d
+brokers: embedded
 sources:
   trades: {topic: trades}
 processors:

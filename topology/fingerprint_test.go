@@ -9,6 +9,7 @@ import (
 
 const fpBase = `
 name: fp
+brokers: embedded
 sources:
   trades: {topic: trades}
 processors:

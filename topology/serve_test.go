@@ -10,6 +10,7 @@ import (
 // problem is reported with its position.
 func TestServeSection(t *testing.T) {
 	const base = `name: t
+brokers: embedded
 sources:
   trades: {topic: trades}
 processors:
@@ -41,8 +42,8 @@ sinks:
 		t.Fatal("an invalid serve section parsed")
 	}
 	for _, want := range []string{
-		`bad.yaml:9:8: serve.hot: no sink named "hst" (did you mean hist?)`,
-		`bad.yaml:10:9: serve.live: sink "hist" is a fake sink; live reads a valkey sink`,
+		`bad.yaml:10:8: serve.hot: no sink named "hst" (did you mean hist?)`,
+		`bad.yaml:11:9: serve.live: sink "hist" is a fake sink; live reads a valkey sink`,
 		`serve.listen: "nope" is not host:port`,
 		`serve.default_limit: 20; use a number between 1 and max_limit (10)`,
 		`serve.hot_horizon: splits ranges between hot and cold`,

@@ -7,6 +7,7 @@ import (
 )
 
 const silenceBase = `name: dev
+brokers: embedded
 sources:
   readings: {topic: r, fields: {key: device, time: ts, price: temperature, qty: "", id: ""}}
 processors:

@@ -30,7 +30,7 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 	top := topologyFlag(fs)
 	against := fs.String("against", "", "topology file NEW replaces (default: what the brokers recorded)")
 	brokers := brokersFlag(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	cur, err := loadTopology(*top)

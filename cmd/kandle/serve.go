@@ -26,7 +26,7 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 			"nothing with the processing group: run as many replicas as you like behind a load balancer.")
 	top := topologyFlag(fs)
 	listenAddr := fs.String("listen", "", "host:port to listen on (default: serve.listen of the topology)")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	t, err := loadTopology(*top)

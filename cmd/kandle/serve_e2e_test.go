@@ -180,6 +180,7 @@ func TestServeEqualsTopics(t *testing.T) {
 func TestServeCommand(t *testing.T) {
 	redis := testkit.Redis(t)
 	top := writeFile(t, "serve.yaml", fmt.Sprintf(`name: sv
+brokers: [127.0.0.1:9] # serve reads the stores only; it never dials the brokers
 sources:
   trades: {topic: trades, symbols: [BTC-USD, ETH-USD]}
 processors:
