@@ -12,6 +12,7 @@ import (
 type processor interface {
 	Process(rec processors.Record, out *processors.Output)
 	Tick(out *processors.Output)
+	ResetIdle() // the partition is behind its input: its quiet time so far does not count
 	Changes(fn func(key, val []byte))
 	Restore(key, val []byte) error
 	Active(fn func(c *candle.Candle))
