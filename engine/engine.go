@@ -291,6 +291,9 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	if err := kafka.CheckAuth(ctx, cl, e.top.Kafka); err != nil {
 		return err
 	}
+	if err := kafka.CheckSessionTimeout(ctx, cl, e.sessionTimeout); err != nil {
+		return err
+	}
 	specs := e.topicSpecs()
 	warnings, err := kafka.EnsureTopics(ctx, cl, specs)
 	if err != nil {
