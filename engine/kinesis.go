@@ -375,7 +375,7 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 		from = meta.ChangelogOffset
 	}
 	batch := k.e.store.NewBatch()
-	rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {part: kgo.NewOffset().At(from)}}))...)
 	if err != nil {
 		return nil, pr, false, err
@@ -390,18 +390,8 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 		}
 	}
 	prefix := shardPrefix(id)
-	for done := from > barrier; !done; {
-		fs := rc.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, pr, false, err
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset > barrier {
-				return
-			}
-			if r.Offset == barrier {
-				done = true
-			}
+	if from <= barrier {
+		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) {
 			if !strings.HasPrefix(string(r.Key), string(prefix)) {
 				return
 			}
@@ -422,6 +412,9 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 				}
 			}
 		})
+		if err != nil {
+			return nil, pr, false, err
+		}
 	}
 	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: barrier + 1})
 	if err := batch.Commit(); err != nil {

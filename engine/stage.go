@@ -126,7 +126,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: kafka client: %w", spec.Name, err)
 	}
-	rc, err := kgo.NewClient(e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	rc, err := kgo.NewClient(e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(s.log)))...)
 	if err != nil {
 		sess.Close()
@@ -438,36 +438,24 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	if from <= barrier {
 		s.restoreCl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.changelog: {p: kgo.NewOffset().At(from)}})
 		defer s.restoreCl.RemoveConsumePartitions(map[string][]int32{s.changelog: {p}})
-		for done := false; !done; {
-			fs := s.restoreCl.PollFetches(ctx)
-			if err := ctx.Err(); err != nil {
-				return nil, 0, err
+		err := readChangelogTo(ctx, s.restoreCl, s.log, s.changelog, p, barrier, func(r *kgo.Record) {
+			n++
+			switch {
+			case len(r.Key) > 1 && r.Key[0] == 'p':
+				if r.Value == nil {
+					delete(entries, string(r.Key[1:]))
+				} else {
+					entries[string(r.Key[1:])] = r.Value
+				}
+				batch.Set(name, p, r.Key[1:], r.Value)
+			case string(r.Key) == string(keyOffset):
+				if pr, ok := DecodeProgress(r.Value); ok {
+					next = pr.NextInput
+				}
 			}
-			fs.EachError(func(t string, part int32, err error) {
-				s.log.Warn("changelog fetch error", "partition", part, "err", err)
-			})
-			fs.EachRecord(func(r *kgo.Record) {
-				if r.Partition != p || r.Offset > barrier {
-					return
-				}
-				n++
-				switch {
-				case len(r.Key) > 1 && r.Key[0] == 'p':
-					if r.Value == nil {
-						delete(entries, string(r.Key[1:]))
-					} else {
-						entries[string(r.Key[1:])] = r.Value
-					}
-					batch.Set(name, p, r.Key[1:], r.Value)
-				case string(r.Key) == string(keyOffset):
-					if pr, ok := DecodeProgress(r.Value); ok {
-						next = pr.NextInput
-					}
-				}
-				if r.Offset >= barrier {
-					done = true
-				}
-			})
+		})
+		if err != nil {
+			return nil, 0, err
 		}
 	}
 	proc, err := s.spec.newProcessor(true, s.e.clock)
