@@ -98,6 +98,15 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, specs []TopicSpec) ([]Top
 	return checkExisting(ctx, adm, parts, existing)
 }
 
+// PartitionCounts returns the partition count of each of topics that
+// exists, asking the broker directly.
+func PartitionCounts(ctx context.Context, cl *kgo.Client, topics []string) (map[string]int32, error) {
+	if len(topics) == 0 {
+		return map[string]int32{}, nil
+	}
+	return partitionCounts(ctx, cl, topics)
+}
+
 // partitionCounts asks the broker directly for the partition counts of the
 // topics that exist. kadm.ListTopics answers from the client's metadata
 // cache, which can still say "unknown" for a topic created a moment ago.
