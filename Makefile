@@ -7,12 +7,13 @@ PKGS     := ./...
 # for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
-.PHONY: build demo test deps bench soak lint docs clean
+.PHONY: build demo test deps bench soak lint docs chart-lib clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kandle
 
-## demo: dev broker + trade generator + the embedded crypto topology, candles printed as a table
+## demo: dev broker + trade generator + the embedded crypto topology, candles printed as a table and
+## drawn live by the chart page at http://127.0.0.1:8080/
 demo: build
 	./$(BIN) demo
 
@@ -28,6 +29,8 @@ test: deps
 ## bench: throughput figures (aggregation core, end to end, sinks, Valkey vs per-trade Lua)
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./processors ./decimal ./engine ./connectors/...
+	$(GO) test -run '^$$' -bench 'BenchmarkAPI' -benchtime 2s ./serve
+	$(GO) test -run '^$$' -bench 'BenchmarkStreamFanout' -benchtime 20x -timeout 10m ./serve
 
 ## soak: the long crash harness (many more kills and trades than make test)
 soak: deps
@@ -40,6 +43,10 @@ lint:
 ## docs: regenerate docs/reference.md from the component specs
 docs:
 	$(GO) run ./cmd/kandle docs > docs/reference.md
+
+## chart-lib: refresh the chart page's embedded lightweight-charts from npm (serve/web/package.json pins it)
+chart-lib:
+	bash scripts/refresh-chart-lib.sh
 
 clean:
 	rm -rf bin

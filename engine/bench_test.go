@@ -154,7 +154,7 @@ commit_interval: %s
 sources:
   trades: {topic: trades, partitions: 1}
 processors:
-  1s: {kind: candles, from: trades, timeframe: 1s, lateness: 0s, idle_timeout: 0s, max_future: 1m, output: {topic: c.1s, partitions: 1}}
+  1s: {kind: candles, from: trades, timeframe: 1s, lateness: 0s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1s, partitions: 1}}
 dead_letter: {topic: lat.dlq}
 `
 

@@ -77,4 +77,48 @@
 //
 // Sinks are at-least-once with idempotent writes: a sink stage flushes the
 // store before committing its offsets.
+//
+// # State fingerprints
+//
+// The state of a processor means something only under the settings it was
+// built with: its timeframe and zone, lateness, max_idle, dedupe, gap_fill,
+// the record fields and input it decodes, and for a rollup the whole chain
+// it is built from (topology.Fingerprint lists them; every other setting is
+// compatible). Before any stage starts, Run compares the fingerprint of each
+// processor it runs with the one recorded on the brokers, in the compacted
+// topic <name>.fingerprints (key: processor name; see fingerprint.go):
+//
+//   - none recorded (a new processor, or state from before fingerprints):
+//     the current one is recorded;
+//   - equal: nothing to do;
+//   - different, and the processor has state (a changelog record or a
+//     committed input offset): Run fails with ErrIncompatibleState, naming
+//     each processor and changed setting and what to do (undo the edit,
+//     rename the processor for fresh state, or reset it by deleting its
+//     changelog topic and consumer group). Nothing was consumed, produced or
+//     recorded, so undoing the edit simply runs on;
+//   - different, without state (the operator reset it): the new one is
+//     recorded.
+//
+// Pebble keeps the fingerprint its local state of each stage was written
+// under (state.Store.Fingerprint). Local state under another fingerprint —
+// or with none — is dropped before the stages start, so restore reads the
+// changelog from its start instead of mixing a stale cache into it. The
+// check runs before restore, so a restored partition always matches the
+// topology it runs under. `kandle plan` reads the same records to show, per
+// processor, whether a new topology keeps, rebuilds or drops its state.
+//
+// # Replay
+//
+// Replay reads a bounded range without a consumer group: the end offsets
+// are the last stable offsets when it starts, and it reads every partition
+// up to them however long fetches take. A read-committed consumer cannot
+// tell "slow" from "nothing visible left" (an aborted transaction whose
+// marker lies past the end offsets is filtered out, and nothing else comes),
+// so after a few quiet seconds replay asks the partition leader directly with
+// a read-committed fetch from its position (replay_probe.go): records or
+// markers before the end mean wait; only aborted batches up to the end mean
+// the partition is done. Brokers that do not answer at all for
+// ReplayOptions.Timeout fail the replay; it never returns a partial result
+// as if complete.
 package engine

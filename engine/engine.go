@@ -209,6 +209,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	if err := e.ensureTopics(ctx); err != nil {
 		return err
 	}
+	if err := e.checkFingerprints(ctx); err != nil { // see fingerprint.go: never mix state of two definitions
+		return err
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var wg sync.WaitGroup

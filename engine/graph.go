@@ -96,6 +96,7 @@ func decoderConfig(src *topology.Source) processors.DecoderConfig {
 		Fields:         processors.Fields{Key: f.Key, Time: f.Time, Price: f.Price, Qty: f.Qty, ID: f.ID},
 		Symbols:        src.Symbols,
 		MaxRecordBytes: src.MaxRecordBytes,
+		KeyCheck:       src.KeyCheck,
 	}
 }
 

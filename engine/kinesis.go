@@ -266,7 +266,7 @@ func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.B
 	last := sh.seq
 	for _, r := range b.Records {
 		n := len(sh.out.Rejected)
-		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Value: r.Data}, &sh.out)
+		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Key: []byte(r.PartitionKey), Value: r.Data}, &sh.out)
 		for i := n; i < len(sh.out.Rejected); i++ {
 			sh.out.Rejected[i].Detail += " (kinesis shard " + s.ID + " sequence " + r.Seq + ")"
 		}

@@ -83,7 +83,7 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 			if stop = !until.IsZero() && !r.Arrival.Before(until); stop {
 				break
 			}
-			if err := p.Feed(srcName, part, ordinal[s.ID], r.Data); err != nil {
+			if err := p.Feed(srcName, part, ordinal[s.ID], []byte(r.PartitionKey), r.Data); err != nil {
 				return err
 			}
 			ordinal[s.ID]++

@@ -87,7 +87,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sent [][]byte // every record, in put order (per key, the order Kinesis keeps)
+	var sent, sentKeys [][]byte // every record and its partition key, in put order (per key, the order Kinesis keeps)
 	put := func(n int) {
 		t.Helper()
 		var batch []types.PutRecordsRequestEntry
@@ -107,7 +107,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 				break
 			}
 			batch = append(batch, types.PutRecordsRequestEntry{PartitionKey: aws.String(string(key)), Data: value})
-			sent = append(sent, value)
+			sent, sentKeys = append(sent, value), append(sentKeys, key)
 			if len(batch) == 250 {
 				flush()
 			}
@@ -200,7 +200,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		}
 	}
 	for i, v := range sent {
-		if err := p.Feed("ticks", 0, int64(i), v); err != nil {
+		if err := p.Feed("ticks", 0, int64(i), sentKeys[i], v); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -48,7 +48,7 @@ func BenchmarkStateMemory(b *testing.B) {
 				id++
 				v := fmt.Appendf(nil, `{"symbol":"S%06d","ts":%d,"price":"%d.25","qty":"0.5","trade_id":%d}`,
 					s, start+int64(minute)*60_000+int64(s%50_000), 100+s%7, id)
-				if err := p.Feed("trades", int32(s%3), int64(id), v); err != nil {
+				if err := p.Feed("trades", int32(s%3), int64(id), fmt.Appendf(nil, "S%06d", s), v); err != nil {
 					b.Fatal(err)
 				}
 			}

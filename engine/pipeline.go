@@ -63,11 +63,12 @@ func (p *Pipeline) proc(s *stageSpec, partition int32) (processor, error) {
 	return pr, nil
 }
 
-// Feed processes one record of source at (partition, offset).
-func (p *Pipeline) Feed(source string, partition int32, offset int64, value []byte) error {
+// Feed processes one record of source at (partition, offset); key is its
+// record key (Kafka) or partition key (Kinesis).
+func (p *Pipeline) Feed(source string, partition int32, offset int64, key, value []byte) error {
 	for _, s := range p.g.stages {
 		if !s.Rollup && s.Input == source {
-			if err := p.feedStage(s, processors.Record{Partition: partition, Offset: offset, Value: value}); err != nil {
+			if err := p.feedStage(s, processors.Record{Partition: partition, Offset: offset, Key: key, Value: value}); err != nil {
 				return err
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -57,6 +58,10 @@ func ParseBound(s string) (Bound, error) {
 type ReplayOptions struct {
 	From, To   Bound
 	Partitions []int32 // nil = all
+	// Processors limits what is written to the candles and dead letters of
+	// these processors (nil = all). Every processor still runs, so a rollup
+	// gets the candles it is built from.
+	Processors []string
 	// Warmup is read before a mid-stream From so every key knows its previous
 	// close and every window that straddles From is complete; candles opening
 	// before From are not written. Default: the longest window of the
@@ -70,7 +75,18 @@ type ReplayOptions struct {
 	// Progress is called about every second with the counts so far.
 	Progress func(Progress)
 	Logger   *slog.Logger
+	// Timeout bounds how long the replay waits for brokers that do not
+	// answer at all (unreachable, down) before it fails; a broker that
+	// answers slowly is waited for. Default DefaultReplayTimeout.
+	Timeout time.Duration
 }
+
+// DefaultReplayTimeout is how long a replay waits for silent brokers.
+const DefaultReplayTimeout = time.Minute
+
+// stallCheck is how long a replay polls without a visible record before it
+// asks the broker what is left before the end offsets.
+const stallCheck = 5 * time.Second
 
 // ReplayOutput receives what a replay produces.
 type ReplayOutput interface {
@@ -101,6 +117,10 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	if o.Started.IsZero() {
 		return Progress{}, fmt.Errorf("replay: Started must be set (the replay's fixed clock)")
 	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = DefaultReplayTimeout
+	}
 	var cl *kgo.Client // only when a source is a Kafka topic: a Kinesis-only replay to a file needs no broker
 	var adm *kadm.Client
 	if slices.ContainsFunc(sortedSources(t), func(name string) bool { return t.Sources[name].Kind != "kinesis" }) {
@@ -114,6 +134,9 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 			return Progress{}, err
 		}
 		adm = kadm.NewClient(cl)
+		if err := reachable(ctx, cl, brokers, timeout); err != nil {
+			return Progress{}, err
+		}
 	}
 
 	p := newPipeline(g, processors.FixedClock{T: o.Started})
@@ -121,8 +144,16 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	if o.From.Kind == BoundTime {
 		emitFrom = o.From.Time.UnixMilli()
 	}
+	only := map[string]bool{}
+	for _, name := range o.Processors {
+		if g.byName[name] == nil {
+			return Progress{}, fmt.Errorf("replay: topology %s has no processor %q (it has %s)", t.Name, name, strings.Join(sortedProcessors(t), ", "))
+		}
+		only[name] = true
+	}
+	writes := func(stage string) bool { return len(only) == 0 || only[stage] }
 	p.OnCandle = func(stage, topic string, c *candle.Candle, _ int32) {
-		if c.OpenTime < emitFrom {
+		if c.OpenTime < emitFrom || !writes(stage) {
 			return
 		}
 		if err == nil {
@@ -130,7 +161,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 		}
 	}
 	p.OnReject = func(stage string, r *processors.Rejection) {
-		if err == nil {
+		if err == nil && writes(stage) {
 			err = o.Out.DeadLetter(stage, r)
 		}
 	}
@@ -154,8 +185,13 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 			}
 			continue
 		}
-		ranges, rerr := resolveRange(ctx, adm, src.Topic, o, warm)
+		rctx, rcancel := context.WithTimeout(ctx, timeout)
+		ranges, rerr := resolveRange(rctx, adm, src.Topic, o, warm)
+		rcancel()
 		if rerr != nil {
+			if ctx.Err() == nil && rctx.Err() != nil {
+				rerr = fmt.Errorf("replay: the brokers %v did not answer within %s (%w): check that they are up and reachable, or raise --timeout", brokers, timeout, rerr)
+			}
 			return prog, rerr
 		}
 		for _, r := range ranges {
@@ -173,7 +209,14 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 			continue
 		}
 		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{src.Topic: offsets})
-		lastReport, idleSince := time.Now(), time.Now()
+		pos := map[int32]int64{} // next offset not yet seen, per partition left
+		for _, r := range ranges {
+			if r.end > r.start {
+				pos[r.partition] = r.start
+			}
+		}
+		lastReport, quietSince, contact := time.Now(), time.Now(), time.Now()
+		var lastFetchErr error
 		for len(left) > 0 {
 			pollCtx, cancel := context.WithTimeout(ctx, time.Second)
 			fs := cl.PollFetches(pollCtx)
@@ -183,11 +226,15 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 			}
 			fs.EachError(func(t string, part int32, e error) {
 				if !errors.Is(e, context.DeadlineExceeded) {
+					lastFetchErr = e
 					log.Warn("replay fetch error", "topic", t, "partition", part, "err", e)
 				}
 			})
 			progressed := false
 			fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+				if fp.Err == nil {
+					contact = time.Now()
+				}
 				end, ok := left[fp.Partition]
 				if !ok {
 					return
@@ -197,6 +244,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 						break
 					}
 					progressed = true
+					pos[fp.Partition] = r.Offset + 1
 					if r.Attrs.IsControl() {
 						// Commit/abort markers are kept so a partition whose
 						// tail is a marker still reaches its end offset.
@@ -205,7 +253,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 						}
 						continue
 					}
-					if ferr := p.Feed(srcName, r.Partition, r.Offset, r.Value); ferr != nil && err == nil {
+					if ferr := p.Feed(srcName, r.Partition, r.Offset, r.Key, r.Value); ferr != nil && err == nil {
 						err = ferr
 					}
 					prog.Records++
@@ -214,23 +262,42 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 					delete(left, fp.Partition)
 				}
 			})
-			if progressed {
-				idleSince = time.Now()
-			} else if time.Since(idleSince) > 5*time.Second {
-				// Only an aborted batch whose marker lies past the stable
-				// offset can leave a gap before end: nothing visible remains.
-				log.Info("replay: no visible records before the end offsets; treating the rest as aborted", "partitions", left)
-				break
-			}
 			if err != nil {
 				return prog, err
+			}
+			if progressed {
+				quietSince = time.Now()
+			} else if time.Since(quietSince) >= stallCheck {
+				// Nothing visible arrived for a while: the broker is slow, or
+				// what is left before the end offsets is aborted (its records
+				// are filtered out and its markers lie past the end). Ask the
+				// broker which; never guess from the silence alone.
+				quietSince = time.Now()
+				for part, end := range left {
+					done, perr := tailInvisible(ctx, cl, adm, src.Topic, part, pos[part], end, timeout)
+					if perr != nil {
+						lastFetchErr = perr
+						log.Warn("replay: cannot check the rest of a partition", "topic", src.Topic, "partition", part, "err", perr)
+						continue
+					}
+					contact = time.Now()
+					if done {
+						log.Info("replay: the rest of the partition before its end offset is aborted", "topic", src.Topic, "partition", part, "from", pos[part], "end", end)
+						delete(left, part)
+					} else {
+						log.Info("replay: waiting for the broker; records remain before the end offset", "topic", src.Topic, "partition", part, "at", pos[part], "end", end)
+					}
+				}
+			}
+			if time.Since(contact) > timeout {
+				return prog, fmt.Errorf("replay: no answer from the brokers %v for %s while reading %s (last error: %v); the result would be incomplete, so nothing more is read: check that the brokers are up and reachable, or raise --timeout", brokers, timeout, src.Topic, lastFetchErr)
 			}
 			if o.Progress != nil && time.Since(lastReport) >= time.Second {
 				lastReport = time.Now()
 				prog.Elapsed = time.Since(start)
 				prog.Lag = map[int32]int64{}
 				for part, end := range left {
-					prog.Lag[part] = end
+					prog.Lag[part] = end - pos[part]
 				}
 				o.Progress(prog)
 			}
@@ -329,6 +396,15 @@ func defaultWarmup(g *graph) time.Duration {
 	return w
 }
 
+func sortedProcessors(t *topology.Topology) []string {
+	n := make([]string, 0, len(t.Processors))
+	for k := range t.Processors {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
 func sortedSources(t *topology.Topology) []string {
 	var n []string
 	for k := range t.Sources {
@@ -354,15 +430,51 @@ type TopicOutput struct {
 	err error
 }
 
-// NewTopicOutput produces to brokers, with t's TLS and SASL settings.
-func NewTopicOutput(t *topology.Topology, brokers []string) (*TopicOutput, error) {
+// NewTopicOutput produces to brokers, with t's TLS and SASL settings. It
+// creates the output and dead-letter topics that do not exist yet (with the
+// topology's partition counts) before anything is read, so a replay into a
+// fresh cluster never does all its work only to fail at the end. timeout
+// bounds the wait for brokers that do not answer (0: DefaultReplayTimeout);
+// log receives warnings about existing topics (nil: slog.Default()).
+func NewTopicOutput(ctx context.Context, t *topology.Topology, brokers []string, timeout time.Duration, log *slog.Logger) (*TopicOutput, error) {
+	if log == nil {
+		log = slog.Default()
+	}
 	g, err := buildGraph(t)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := newClient(t, brokers, kgo.ProducerLinger(5*time.Millisecond))
+	if timeout <= 0 {
+		timeout = DefaultReplayTimeout
+	}
+	cl, err := newClient(t, brokers, kgo.ProducerLinger(5*time.Millisecond), kgo.RecordDeliveryTimeout(timeout))
 	if err != nil {
 		return nil, err
+	}
+	if err := reachable(ctx, cl, brokers, timeout); err != nil {
+		cl.Close()
+		return nil, err
+	}
+	var specs []kafka.TopicSpec
+	seen := map[string]bool{}
+	for _, s := range g.stages {
+		if !seen[s.OutputTopic] {
+			seen[s.OutputTopic] = true
+			specs = append(specs, kafka.TopicSpec{Name: s.OutputTopic, Partitions: int32(s.OutputParts)})
+		}
+	}
+	if dlq := g.deadLetterTopic(); dlq != "" && !seen[dlq] {
+		specs = append(specs, kafka.TopicSpec{Name: dlq, Partitions: int32(max(t.DeadLetter.Partitions, 1))})
+	}
+	ectx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	warnings, err := kafka.EnsureTopics(ectx, cl, specs)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("replay: create the output and dead-letter topics: %w", kafka.Explain(err, t.Kafka))
+	}
+	for _, w := range warnings {
+		log.Warn("replay output topic", "warning", w)
 	}
 	return &TopicOutput{cl: cl, dlq: g.deadLetterTopic()}, nil
 }

@@ -238,7 +238,7 @@ func (s *liveStage) loop(ctx context.Context) error {
 					control = true // a transaction marker: no data, but the position moves past it
 					continue
 				}
-				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Value: r.Value}, &s.out)
+				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value}, &s.out)
 				n++
 			}
 			if n > 0 || control {

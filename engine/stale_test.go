@@ -27,6 +27,7 @@ func TestStaleLocalStateIsRebuiltFromTheChangelog(t *testing.T) {
 	stopA := r.start("a", dirA, prometheus.NewRegistry())
 	const n = 12
 	for i := 1; i <= n; i++ { // one commit each: a long changelog
+		r.clock.Set(r.minute.Add(time.Duration(i+1) * time.Second)) // no trade ahead of the clock
 		r.trade(0, i, time.Duration(i)*time.Second)
 		r.waitFor("the trade to commit", 30*time.Second, func() bool { return r.committed(0) == int64(i) })
 	}

@@ -1,8 +1,10 @@
 package processors
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kandle/kandle/candle"
@@ -19,12 +21,23 @@ type CandleConfig struct {
 	IdleTimeout time.Duration
 	// MaxFuture rejects records stamped further ahead of the clock. 0 = no guard.
 	MaxFuture time.Duration
-	// MaxIdle stops gap filling a key this long after its last trade. 0 = fill forever.
+	// MaxIdle bounds gap filling: a key gets gap candles only for windows
+	// that open less than MaxIdle after its last trade. When the run ends the
+	// key's state is freed; a later trade starts a new run without filling
+	// the silence. 0 = fill forever.
 	MaxIdle time.Duration
 	Dedupe  bool // reject repeated trade ids of a key
 	GapFill bool // emit flat gap candles for windows without trades
 	Live    bool // allow the wall-clock idle advance (replays leave it false)
 	Decoder *Decoder
+	// Rollups are the timeframes built from these candles, directly or
+	// through other rollups. When a key's run of candles ends (max_idle, or
+	// without gap fill its last open window), the aggregator emits a
+	// QuietMark at each of their boundaries that ends a window holding the
+	// key's last candle, once the watermark reaches it, so the rollups close
+	// those windows as direct aggregation would and free the key; then it
+	// frees the key itself. Empty: the key is freed at once.
+	Rollups []candle.Timeframe
 }
 
 // Aggregator builds base candles from the trades of one input partition. It
@@ -37,8 +50,10 @@ type Aggregator struct {
 	lateness, maxFuture   int64 // ms
 	idleTimeout, maxIdle  int64 // ms
 	dedupe, gapFill, live bool
+	keyCheck              bool
 	dec                   *Decoder
 	clock                 Clock
+	rollups               []candle.Timeframe
 
 	keys table[*keyState]
 	heap keyHeap
@@ -72,6 +87,7 @@ type keyState struct {
 	hasPrev   bool
 	prevClose decimal.Decimal // close of the last emitted candle
 	lastTS    int64           // largest event time of the key's trades
+	prevTS    int64           // largest event time of the emitted windows' trades (when hasPrev)
 
 	pending             int64        // close time that makes this key emit next
 	hidx                int          // index in the heap, -1 when not scheduled
@@ -82,6 +98,11 @@ type keyState struct {
 	hasNum              bool
 	maxNum              uint64 // ≥ every numeric trade id the open windows hold (when hasNum)
 	lastN               int    // trades in the key's last emitted window (a size hint)
+
+	// Quiet: the key's run ended; every window opening before quietAt is
+	// emitted, and the next QuietMark is at quietNext.
+	quiet              bool
+	quietAt, quietNext int64
 }
 
 // newNum reports whether numeric id n is above every numeric id k holds.
@@ -98,6 +119,11 @@ func (k *keyState) noteID(n uint64, isNum bool) {
 func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 	if cfg.Timeframe.N <= 0 || cfg.Timeframe.Unit < candle.Second || cfg.Timeframe.Unit > candle.Month {
 		return nil, fmt.Errorf("aggregator: invalid timeframe %+v: build it with candle.ParseTimeframe", cfg.Timeframe)
+	}
+	for _, r := range cfg.Rollups {
+		if err := candle.Nests(cfg.Timeframe, r); err != nil {
+			return nil, fmt.Errorf("aggregator: rollup %s: %w", r, err)
+		}
 	}
 	if cfg.Decoder == nil {
 		return nil, errors.New("aggregator: no decoder: build one with NewDecoder")
@@ -118,6 +144,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		lateness: cfg.Lateness.Milliseconds(), maxFuture: cfg.MaxFuture.Milliseconds(),
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
+		keyCheck: cfg.Decoder.cfg.KeyCheck, rollups: slices.Clone(cfg.Rollups),
 		dec: cfg.Decoder, clock: clock,
 		keys: newTable[*keyState](),
 	}, nil
@@ -155,6 +182,10 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		t.Key = k.key
 	} else if t.Key, ok = a.dec.intern(kb); !ok {
 		reject(out, rec, a.dec.rej)
+		return
+	}
+	if a.keyCheck && !bytes.Equal(rec.Key, kb) {
+		reject(out, rec, a.keyMismatch(rec.Key, t.Key))
 		return
 	}
 	if a.maxFuture > 0 {
@@ -296,6 +327,20 @@ func (a *Aggregator) Active(fn func(c *candle.Candle)) {
 		fn(&a.scratch)
 	}
 	a.active = a.active[:0]
+}
+
+// keyMismatch is the rejection of a record whose partition key is not its
+// key field.
+func (a *Aggregator) keyMismatch(recKey []byte, key string) Rejection {
+	what := fmt.Sprintf("record key %q differs from", recKey)
+	if recKey == nil {
+		what = "the record has no key;"
+	}
+	f := a.dec.names[fKey]
+	return Rejection{Reason: ReasonKeyMismatch, Key: key,
+		Detail: fmt.Sprintf("%s field %q = %q: produce each record with its %s as the record key (Kafka) "+
+			"or partition key (Kinesis) so one key stays in one partition, or set key_check: false on the source",
+			what, f, key, f)}
 }
 
 // fmtMS formats Unix ms for rejection details.

@@ -20,6 +20,7 @@ const (
 	ReasonInvalidTS     Reason = "invalid_ts"
 	ReasonOversized     Reason = "oversized"
 	ReasonUnknownKey    Reason = "unknown_key"
+	ReasonKeyMismatch   Reason = "key_mismatch"
 	ReasonLate          Reason = "late"
 	ReasonDuplicate     Reason = "duplicate"
 	ReasonFuture        Reason = "future"
@@ -27,13 +28,17 @@ const (
 
 // Reasons lists every reason code (for metrics and docs).
 var Reasons = []Reason{ReasonMalformedJSON, ReasonNotObject, ReasonMissingField, ReasonInvalidPrice,
-	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonLate, ReasonDuplicate, ReasonFuture}
+	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture}
 
 // Record is one input record and where it came from.
 type Record struct {
 	Partition int32
 	Offset    int64
-	Value     []byte
+	// Key is the record's partition key: the Kafka record key, or the
+	// Kinesis partition key. With DecoderConfig.KeyCheck it must equal the
+	// record's key field (nil never does). Rollups ignore it.
+	Key   []byte
+	Value []byte
 }
 
 // Rejection is a record that changed no candle, with the reason why. The
@@ -51,10 +56,24 @@ type Rejection struct {
 type Output struct {
 	Candles  []candle.Candle // closed candles, each key's in window order
 	Rejected []Rejection
+	// Quiet marks, for the rollups built from these candles: deliver them
+	// (Rollup.Quiet) after every candle of the same Output.
+	Quiet []QuietMark
+}
+
+// QuietMark says that Key, which went quiet (its run of candles ended
+// after max_idle), has every candle opening before Until emitted: a rollup
+// closes its open window of Key if it ends by Until, as direct aggregation
+// closes it, and frees Key's state when nothing is left open.
+type QuietMark struct {
+	Key   string
+	Until int64 // Unix ms, a window boundary of a rollup timeframe
 }
 
 // Reset empties o, keeping its capacity.
-func (o *Output) Reset() { o.Candles, o.Rejected = o.Candles[:0], o.Rejected[:0] }
+func (o *Output) Reset() {
+	o.Candles, o.Rejected, o.Quiet = o.Candles[:0], o.Rejected[:0], o.Quiet[:0]
+}
 
 // Clock tells the wall time. Processors never read time.Now themselves: live
 // runs pass the system clock, replays and tests a fixed one.

@@ -13,20 +13,28 @@ import (
 // benchTrades returns n Binance-style trade records over 1000 symbols, in
 // event-time order with a few ms of jitter.
 func benchTrades(n int) [][]byte {
+	recs, _ := benchKeyedTrades(n)
+	return recs
+}
+
+// benchKeyedTrades is benchTrades with each record's key (its symbol).
+func benchKeyedTrades(n int) (recs, keys [][]byte) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	recs := make([][]byte, n)
+	recs, keys = make([][]byte, n), make([][]byte, n)
 	ts := baseDay.UnixMilli()
 	for i := range recs {
 		ts++ // 1000 trades per second of event time: 1m windows close as the stream runs
 		sym := rng.IntN(1000)
 		recs[i] = fmt.Appendf(nil, `{"e":"trade","E":%d,"s":"SYM%04dUSDT","t":%d,"p":"%d.%02d","q":"0.%05d","T":%d,"m":%t,"M":true}`,
 			ts+3, sym, 100000000+i, 100+rng.IntN(60000), rng.IntN(100), 1+rng.IntN(99999), ts-rng.Int64N(5), rng.IntN(2) == 0)
+		keys[i] = fmt.Appendf(nil, "SYM%04dUSDT", sym)
 	}
-	return recs
+	return recs, keys
 }
 
+// benchDecoder decodes benchTrades, with the key check on (as shipped).
 func benchDecoder(b *testing.B) *Decoder {
-	d, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "s", Time: "T", Price: "p", Qty: "q", ID: "t"}})
+	d, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "s", Time: "T", Price: "p", Qty: "q", ID: "t"}, KeyCheck: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,11 +63,11 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 // BenchmarkAggregatorCore measures decode + dedupe + window update (and the
-// closes of 1m windows as event time moves) for ~1000 symbols on one core.
-// DESIGN.md → Performance targets ≥ 5 M trades/s.
+// closes of 1m windows as event time moves) for ~1000 symbols on one core,
+// with the shipped key check. DESIGN.md → Performance targets ≥ 5 M trades/s.
 func BenchmarkAggregatorCore(b *testing.B) {
 	const n = 1 << 18
-	recs := benchTrades(n)
+	recs, keys := benchKeyedTrades(n)
 	tf, err := candle.ParseTimeframe("1m", nil)
 	if err != nil {
 		b.Fatal(err)
@@ -84,7 +92,7 @@ func BenchmarkAggregatorCore(b *testing.B) {
 			a = build()
 			b.StartTimer()
 		}
-		a.Process(Record{Offset: int64(i), Value: recs[j]}, &out)
+		a.Process(Record{Offset: int64(i), Key: keys[j], Value: recs[j]}, &out)
 		if len(out.Rejected) > 0 {
 			b.Fatal(out.Rejected[0].Detail)
 		}

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,9 +25,12 @@ import (
 //	config timeframe=1m lateness=0s [gap_fill] [dedupe] [live] [max_future=5s]
 //	       [idle_timeout=30s] [max_idle=3m] [zone=Asia/Seoul] [symbols=(A,B)]
 //	       [max_bytes=N] [now=HH:MM:SS] [no_qty] [no_id] [key=s time=t price=p qty=q id=i]
+//	       [key_check] [rollups=(5m,1h)]
 //	rollup from=1m to=5m [zone=…]
-//	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record
-//	candles             rollup input, one candle per line in the output format
+//	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record;
+//	                    "k=KEY " sets the record key ("k=<nil>": none), default the key field's value
+//	candles             rollup input, one candle per line in the output format;
+//	                    "quiet KEY TIME" delivers a QuietMark
 //	tick now=…          moves the clock and calls Tick
 //	watermark | active | state
 //	restart             moves the state through Changes → a fresh processor → Restore
@@ -58,6 +62,27 @@ type ddHarness struct {
 	st     store
 	offset int64
 	from   candle.Timeframe // rollup input timeframe
+	// keyField is the aggregator's key field: a trade line without "k=" is
+	// sent with that field's value as its record key.
+	keyField string
+}
+
+// keyOf returns the value of the key field of a JSON trade (nil when the
+// record has none), as a producer keying by symbol would send it.
+func (h *ddHarness) keyOf(val []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(val, &m) != nil {
+		return nil
+	}
+	raw, ok := m[h.keyField]
+	if !ok {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []byte(s)
+	}
+	return raw // a number: its digits
 }
 
 func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
@@ -99,25 +124,52 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 			if line == "" {
 				continue
 			}
-			for strings.HasPrefix(line, "o=") {
+			var key []byte
+			explicitKey := false
+			for strings.HasPrefix(line, "o=") || strings.HasPrefix(line, "k=") {
 				tok, rest, _ := strings.Cut(line, " ")
+				line = rest
+				if strings.HasPrefix(tok, "k=") {
+					explicitKey = true
+					if tok != "k=<nil>" {
+						key = []byte(tok[2:])
+					}
+					continue
+				}
 				n, err := strconv.ParseInt(tok[2:], 10, 64)
 				if err != nil {
 					d.Fatalf(t, "bad offset %q", tok)
 				}
-				h.offset, line = n, rest
+				h.offset = n
 			}
 			val := []byte(line)
 			switch {
 			case line == "<empty>":
 				val = []byte{}
+			case d.Cmd == "candles" && strings.HasPrefix(line, "quiet "):
+				f := strings.Fields(line)
+				r, ok := h.p.(*Rollup)
+				if len(f) != 3 || !ok {
+					d.Fatalf(t, "quiet line %q: want quiet KEY TIME, for a rollup", line)
+				}
+				until, err := parseTime(f[2])
+				if err != nil {
+					d.Fatalf(t, "quiet line %q: %v", line, err)
+				}
+				out.Reset()
+				r.Quiet(QuietMark{Key: f[1], Until: until.UnixMilli()}, out)
+				fmtOutput(&b, out)
+				continue
 			case d.Cmd == "candles" && !strings.HasPrefix(line, "raw "):
 				val = h.candleJSON(t, d, line)
 			case d.Cmd == "candles":
 				val = []byte(strings.TrimPrefix(line, "raw "))
 			}
+			if !explicitKey && d.Cmd == "trades" {
+				key = h.keyOf(val) // a well-behaved producer
+			}
 			out.Reset()
-			h.p.Process(Record{Offset: h.offset, Value: val}, out)
+			h.p.Process(Record{Offset: h.offset, Key: key, Value: val}, out)
 			h.offset++
 			fmtOutput(&b, out)
 		}
@@ -229,13 +281,25 @@ func (h *ddHarness) aggregator(t *testing.T, d *datadriven.TestData, args map[st
 			d.Fatalf(t, "max_bytes: %v", err)
 		}
 	}
+	dc.KeyCheck = flag("key_check")
+	var rollups []candle.Timeframe
+	if s, ok := args["rollups"]; ok {
+		for _, r := range strings.Split(s, ",") {
+			rtf, err := candle.ParseTimeframe(r, zone(t, d, args))
+			if err != nil {
+				d.Fatalf(t, "rollups: %v", err)
+			}
+			rollups = append(rollups, rtf)
+		}
+	}
+	h.keyField = f.Key
 	dec, err := NewDecoder(dc)
 	if err != nil {
 		return nil, err
 	}
 	return NewAggregator(CandleConfig{Timeframe: tf, Lateness: dur("lateness"), IdleTimeout: dur("idle_timeout"),
 		MaxFuture: dur("max_future"), MaxIdle: dur("max_idle"), Dedupe: flag("dedupe"), GapFill: flag("gap_fill"),
-		Live: flag("live"), Decoder: dec}, h.clock)
+		Live: flag("live"), Decoder: dec, Rollups: rollups}, h.clock)
 }
 
 // candleJSON turns a line in the output format into a sub-candle record.

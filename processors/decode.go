@@ -20,6 +20,12 @@ type DecoderConfig struct {
 	Fields         Fields
 	Symbols        []string // whitelist of keys; empty accepts every key
 	MaxRecordBytes int      // 0 = unlimited
+	// KeyCheck rejects (reason key_mismatch) an otherwise valid record whose
+	// Record.Key is not its key field's value, so a key never spreads over
+	// two partitions (whose windows would each emit a final candle). A
+	// record without a key fails the check. Aggregator applies it; Decode
+	// has no record key and does not.
+	KeyCheck bool
 }
 
 const (

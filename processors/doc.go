@@ -11,6 +11,17 @@
 // A Rollup builds higher timeframes from the closed candles of a lower one,
 // key by key, as they come back from an output topic.
 //
+// Keys live in one partition: with DecoderConfig.KeyCheck a record whose
+// Record.Key (Kafka record key, Kinesis partition key) is not its key field
+// is rejected as key_mismatch. A key gets gap candles for at most MaxIdle
+// after its last trade; then its run ends and its state is freed, and a
+// later trade starts a new run without filling the silence. With
+// CandleConfig.Rollups the aggregator first emits QuietMarks at the rollup
+// window boundaries that still hold the key's last candles, as the
+// watermark reaches them; Rollup.Quiet closes those windows exactly as
+// direct aggregation closes them (rollup equals direct also for quiet keys)
+// and frees the key.
+//
 // Everything here is single-goroutine and deterministic: no I/O, no
 // goroutines, no time.Now. Time comes from the records and from an injected
 // Clock (the future guard, and the idle advance in live mode only). That is

@@ -16,10 +16,15 @@ func (a *Aggregator) advance(out *Output) {
 
 // emitOne emits the next window of k (a candle or a gap) and reschedules k.
 func (a *Aggregator) emitOne(k *keyState, out *Output) {
+	if k.quiet {
+		a.emitQuiet(k, out)
+		return
+	}
 	if !a.gapFill {
+		end := k.wins[0].close // emitWindow recycles the window
 		a.emitWindow(k, out)
 		if len(k.wins) == 0 {
-			a.deleteKey(k)
+			a.endRun(k, end)
 			return
 		}
 		a.schedule(k)
@@ -28,8 +33,9 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 	if len(k.wins) > 0 && k.wins[0].open == k.nextOpen {
 		a.emitWindow(k, out)
 	} else {
-		if a.maxIdle > 0 && k.nextOpen >= k.lastTS+a.maxIdle {
-			a.deleteKey(k)
+		if a.maxIdle > 0 && k.nextOpen >= k.prevTS+a.maxIdle {
+			// Silent for max_idle: the run of candles ends here.
+			a.endRun(k, k.nextOpen)
 			return
 		}
 		c := k.prevClose
@@ -42,11 +48,68 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 	a.schedule(k)
 }
 
+// endRun ends k's run of candles: every window opening before n is emitted
+// and no gap candle follows. With rollups k goes quiet (QuietMarks follow);
+// else the next run starts or k is freed.
+func (a *Aggregator) endRun(k *keyState, n int64) {
+	if m, ok := a.nextMark(n, n); ok {
+		k.quiet, k.quietAt, k.quietNext = true, n, m
+		a.touch(k)
+		a.schedule(k)
+		return
+	}
+	a.resume(k)
+}
+
+// resume ends k's quiet time: a trade that came after the silence starts a
+// new run at its window, the silence stays unfilled (a trade arriving later
+// for a window between them moves nextOpen back; see Process); with none, k
+// is freed and a later trade starts afresh.
+func (a *Aggregator) resume(k *keyState) {
+	k.quiet = false
+	if len(k.wins) == 0 {
+		a.deleteKey(k)
+		return
+	}
+	if a.gapFill {
+		k.nextOpen, k.nextClose = k.wins[0].open, k.wins[0].close
+	}
+	a.touch(k)
+	a.schedule(k)
+}
+
+// emitQuiet emits k's next QuietMark, unless a new run begins before it.
+func (a *Aggregator) emitQuiet(k *keyState, out *Output) {
+	if len(k.wins) == 0 || k.quietNext <= k.wins[0].open {
+		out.Quiet = append(out.Quiet, QuietMark{Key: k.key, Until: k.quietNext})
+		if m, ok := a.nextMark(k.quietAt, k.quietNext+1); ok {
+			k.quietNext = m
+			a.touch(k)
+			a.schedule(k)
+			return
+		}
+	}
+	a.resume(k)
+}
+
+// nextMark returns the first boundary at or after from that ends a rollup
+// window holding the window that ends at n (the key's last emitted one).
+func (a *Aggregator) nextMark(n, from int64) (int64, bool) {
+	var best int64
+	ok := false
+	for _, tf := range a.rollups {
+		if e := tf.End(tf.Start(n - 1)); e >= from && (!ok || e < best) {
+			best, ok = e, true
+		}
+	}
+	return best, ok
+}
+
 // emitWindow emits k's first open window as a final candle and drops it.
 func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 	w := k.wins[0]
 	out.Candles = append(out.Candles, a.candleOf(k, w))
-	k.prevClose, k.hasPrev = w.c, true
+	k.prevClose, k.prevTS, k.hasPrev = w.c, w.cTS, true
 	k.lastN = int(min(w.n, 1<<12))
 	copy(k.wins, k.wins[1:])
 	k.wins[len(k.wins)-1] = nil
@@ -87,6 +150,11 @@ func (a *Aggregator) newWindow(open, close int64) *window {
 func (a *Aggregator) schedule(k *keyState) {
 	var p int64
 	switch {
+	case k.quiet:
+		p = k.quietNext
+		if len(k.wins) > 0 {
+			p = min(p, k.wins[0].close)
+		}
 	case a.gapFill && k.started:
 		p = k.nextClose
 	case len(k.wins) > 0:

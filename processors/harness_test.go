@@ -121,4 +121,7 @@ func fmtOutput(b *strings.Builder, out *Output) {
 		b.WriteString(fmtCandle(&out.Candles[i]))
 		b.WriteByte('\n')
 	}
+	for _, m := range out.Quiet {
+		fmt.Fprintf(b, "quiet %s until=%s\n", m.Key, fmtTime(m.Until))
+	}
 }

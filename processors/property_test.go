@@ -21,6 +21,7 @@ type stream struct {
 	step   time.Duration
 	jump   time.Duration // an occasional quiet stretch of up to this long
 	jitter time.Duration
+	fade   bool // key Kj stops trading after (j+1)/keys of the stream: keys go quiet for good
 }
 
 func (s stream) gen(rng *rand.Rand) [][]byte {
@@ -32,8 +33,12 @@ func (s stream) gen(rng *rand.Rand) [][]byte {
 			cur = cur.Add(time.Duration(rng.Int64N(int64(s.jump))))
 		}
 		ts := cur.Add(-time.Duration(rng.Int64N(int64(s.jitter))))
+		key := rng.IntN(s.keys)
+		if s.fade {
+			key = s.keys - 1 - rng.IntN(max(1, s.keys*(s.n-i)/s.n))
+		}
 		out = append(out, fmt.Appendf(nil, `{"s":"K%d","t":%d,"p":"%d.%02d","q":"0.%03d","i":%d}`,
-			rng.IntN(s.keys), ts.UnixMilli(), 1+rng.IntN(200), rng.IntN(100), 1+rng.IntN(999), i))
+			key, ts.UnixMilli(), 1+rng.IntN(200), rng.IntN(100), 1+rng.IntN(999), i))
 	}
 	return out
 }
@@ -165,6 +170,162 @@ func TestRollupEqualsDirect(t *testing.T) {
 					level = rollupOf(t, tfs[i-1], tfs[i], level)
 					sameCandles(t, fmt.Sprintf("seed %d, %s", seed, strings.Join(c.chain[:i+1], "→")), level, direct)
 				}
+			}
+		})
+	}
+}
+
+// item is one record of an output topic: a candle, or a quiet mark.
+type item struct {
+	c    candle.Candle
+	mark *QuietMark
+}
+
+// levelOut appends out to items the way the engine writes it: candles, then
+// quiet marks.
+func levelOut(items []item, out *Output) []item {
+	for _, c := range out.Candles {
+		items = append(items, item{c: c})
+	}
+	for _, m := range out.Quiet {
+		items = append(items, item{mark: &m})
+	}
+	return items
+}
+
+func candlesOf(items []item) []candle.Candle {
+	var cs []candle.Candle
+	for _, it := range items {
+		if it.mark == nil {
+			cs = append(cs, it.c)
+		}
+	}
+	return cs
+}
+
+// rollupItems feeds items (candles and marks) to r and returns its output.
+func rollupItems(t testing.TB, r *Rollup, in []item) []item {
+	t.Helper()
+	var items []item
+	var out Output
+	for i, it := range in {
+		out.Reset()
+		if it.mark != nil {
+			r.Quiet(*it.mark, &out)
+		} else {
+			r.Process(Record{Offset: int64(i), Value: it.c.AppendJSON(nil)}, &out)
+		}
+		if len(out.Rejected) > 0 {
+			t.Fatalf("item %d rejected: %s", i, fmtRejection(&out.Rejected[0]))
+		}
+		items = levelOut(items, &out)
+	}
+	return items
+}
+
+// aggItems feeds trades to a and returns its output (candles and marks).
+func aggItems(t testing.TB, a *Aggregator, recs [][]byte) []item {
+	t.Helper()
+	var items []item
+	var out Output
+	for i, v := range recs {
+		out.Reset()
+		a.Process(Record{Offset: int64(i), Value: v}, &out)
+		if len(out.Rejected) > 0 {
+			t.Fatalf("record %d rejected: %s", i, fmtRejection(&out.Rejected[0]))
+		}
+		items = levelOut(items, &out)
+	}
+	return items
+}
+
+// byKey orders candles by key, keeping each key's order: rollups emit each
+// key's candles in order, but across keys in the order their sub-candles
+// (or quiet marks) arrive, which differs from a direct aggregator's.
+func byKey(cs []candle.Candle) []candle.Candle {
+	cs = slices.Clone(cs)
+	slices.SortStableFunc(cs, func(a, b candle.Candle) int { return strings.Compare(a.Symbol, b.Symbol) })
+	return cs
+}
+
+// TestRollupEqualsDirectQuiet: the rollup property also holds for keys that
+// go quiet (max_idle shorter than the higher windows, keys that stop for
+// good, long silences): each quiet key's open rollup windows close exactly
+// as direct aggregation at the higher timeframe with the same max_idle
+// closes them, driven by the base aggregator's quiet marks.
+func TestRollupEqualsDirectQuiet(t *testing.T) {
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name              string
+		chain             []string
+		loc               *time.Location
+		s                 stream
+		lateness, maxIdle time.Duration
+		noGap             bool // gap_fill off: a run ends whenever a key has no open window
+	}{
+		{"1m→5m", []string{"1m", "5m"}, nil,
+			stream{keys: 5, n: 3000, start: baseDay, step: 2 * time.Second, jump: 20 * time.Minute, jitter: 20 * time.Second, fade: true},
+			30 * time.Second, 3 * time.Minute, false},
+		{"1m→5m→1h", []string{"1m", "5m", "1h"}, nil,
+			stream{keys: 4, n: 3000, start: baseDay, step: 5 * time.Second, jump: 80 * time.Minute, jitter: 50 * time.Second, fade: true},
+			time.Minute, 7 * time.Minute, false},
+		{"1m→1h", []string{"1m", "1h"}, nil,
+			stream{keys: 5, n: 3000, start: baseDay, step: 5 * time.Second, jump: time.Hour, jitter: 30 * time.Second},
+			40 * time.Second, 90 * time.Second, false},
+		{"1d→1w Seoul", []string{"1d", "1w"}, seoul,
+			stream{keys: 3, n: 1500, start: baseDay, step: 2 * time.Hour, jump: 10 * 24 * time.Hour, jitter: 3 * time.Hour, fade: true},
+			4 * time.Hour, 50 * time.Hour, false},
+		{"1d→1M New York", []string{"1d", "1M"}, ny,
+			stream{keys: 3, n: 1500, start: time.Date(2024, 1, 20, 0, 0, 0, 0, time.UTC), step: 6 * time.Hour, jump: 40 * 24 * time.Hour, jitter: 5 * time.Hour, fade: true},
+			6 * time.Hour, 5 * 24 * time.Hour, false},
+		{"1h→1d Seoul", []string{"1h", "1d"}, seoul,
+			stream{keys: 3, n: 2000, start: baseDay, step: 30 * time.Minute, jump: 3 * 24 * time.Hour, jitter: 20 * time.Minute, fade: true},
+			30 * time.Minute, 5 * time.Hour, false},
+		{"1m→5m→1h without gap fill", []string{"1m", "5m", "1h"}, nil,
+			stream{keys: 6, n: 3000, start: baseDay, step: 10 * time.Second, jump: 80 * time.Minute, jitter: 20 * time.Second, fade: true},
+			30 * time.Second, 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			quiet := 0
+			for seed := range uint64(6) {
+				rng := rand.New(rand.NewPCG(seed, 7))
+				recs := c.s.gen(rng)
+				tfs := make([]candle.Timeframe, len(c.chain))
+				for i, s := range c.chain {
+					tfs[i] = tfOf(t, s, c.loc)
+				}
+				cfg := func(rollups []candle.Timeframe) func(*CandleConfig) {
+					return func(cfg *CandleConfig) {
+						cfg.Lateness, cfg.MaxIdle, cfg.Rollups, cfg.GapFill = c.lateness, c.maxIdle, rollups, !c.noGap
+					}
+				}
+				level := aggItems(t, newAgg(t, tfs[0], cfg(tfs[1:])), recs)
+				for _, it := range level {
+					if it.mark != nil {
+						quiet++
+					}
+				}
+				for i := 1; i < len(tfs); i++ {
+					direct := runAll(t, newAgg(t, tfs[i], cfg(nil)), recs)
+					r, err := NewRollup(RollupConfig{From: tfs[i-1], To: tfs[i]})
+					if err != nil {
+						t.Fatal(err)
+					}
+					level = rollupItems(t, r, level)
+					sameCandles(t, fmt.Sprintf("seed %d, %s", seed, strings.Join(c.chain[:i+1], "→")),
+						byKey(candlesOf(level)), byKey(direct))
+				}
+			}
+			if quiet == 0 {
+				t.Fatal("no key went quiet: the streams do not exercise max_idle")
 			}
 		})
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kandle/kandle/candle"
 )
 
 // messy returns a random stream with everything a real one has: out-of-order
@@ -80,6 +82,14 @@ func TestRestartEqualsUninterrupted(t *testing.T) {
 		"gapfill+max_idle":       func(c *CandleConfig) { c.Lateness = 30 * time.Second; c.MaxIdle = 3 * time.Minute },
 		"no gapfill":             func(c *CandleConfig) { c.Lateness = 45 * time.Second; c.GapFill = false },
 		"no dedupe, no lateness": func(c *CandleConfig) { c.Dedupe = false },
+		"max_idle+rollups (quiet marks)": func(c *CandleConfig) {
+			c.Lateness, c.MaxIdle = 30*time.Second, 2*time.Minute
+			c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil), tfOf(t, "15m", nil)}
+		},
+		"no gapfill+rollups (quiet marks)": func(c *CandleConfig) {
+			c.Lateness, c.GapFill = 45*time.Second, false
+			c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil), tfOf(t, "1h", nil)}
+		},
 	}
 	tf := tfOf(t, "1m", nil)
 	for name, mod := range configs {
@@ -91,6 +101,10 @@ func TestRestartEqualsUninterrupted(t *testing.T) {
 				want := runWithRestarts(t, build, recs, nil, nil)
 				if !strings.Contains(want, " 1m ") || !strings.Contains(want, "reject") {
 					t.Fatalf("seed %d: the stream produced no candles or no rejections", seed)
+				}
+				var cfg CandleConfig
+				if mod(&cfg); len(cfg.Rollups) > 0 && !strings.Contains(want, "quiet ") {
+					t.Fatalf("seed %d: no key went quiet", seed)
 				}
 				var cuts []int
 				for c := rng.IntN(200); c < len(recs); c += 1 + rng.IntN(300) {

@@ -36,6 +36,7 @@ type rollKey struct {
 	acc        candle.Candle
 	hasNonGap  bool
 	dirty, act bool
+	deleted    bool // freed by a QuietMark
 }
 
 // NewRollup checks that cfg.To nests over cfg.From.
@@ -135,6 +136,26 @@ func (r *Rollup) touch(k *rollKey) {
 	}
 }
 
+// Quiet takes a QuietMark of the input: every sub-candle of m.Key opening
+// before m.Until has arrived, and the key went quiet. Its open higher window
+// closes when it ends by m.Until, exactly as direct aggregation closes it
+// (with the sub-candles it has: no more come); a key with nothing open is
+// freed, its state entry deleted. The mark is passed on in out.Quiet for the
+// rollups built from this one.
+func (r *Rollup) Quiet(m QuietMark, out *Output) {
+	if k := r.keys[m.Key]; k != nil {
+		if k.open && k.acc.CloseTime <= m.Until {
+			r.emit(k, out)
+		}
+		if !k.open {
+			delete(r.keys, m.Key)
+			k.deleted = true
+			r.touch(k)
+		}
+	}
+	out.Quiet = append(out.Quiet, m)
+}
+
 // Tick does nothing: rollups close on their input. It keeps the interface
 // uniform with Aggregator.
 func (r *Rollup) Tick(out *Output) {}
@@ -168,6 +189,12 @@ func (r *Rollup) Changes(fn func(key, val []byte)) {
 		r.dirty[i] = nil
 		k.dirty = false
 		r.kbuf = append(append(r.kbuf[:0], entryKey), k.key...)
+		if k.deleted {
+			if r.keys[k.key] == nil {
+				fn(r.kbuf, nil)
+			} // else the key came back: its new state is written instead
+			continue
+		}
 		b := append(r.vbuf[:0], stateVersion, boolBits(k.open, k.hasNonGap)|boolBits(false, k.hasLast)<<1)
 		b = binary.AppendVarint(b, k.lastSub)
 		if k.open {

@@ -13,7 +13,8 @@ import (
 //
 //	"p"                          the partition: max event time, last record wall time
 //	"k"+key                      one key: open windows, previous close, next
-//	                             window to emit, last trade time
+//	                             window to emit, last trade time, last
+//	                             emitted trade time
 //	"i"+len+key+open+seq         one chunk of dedupe ids of one open window
 //
 // Ids go in append-only chunks (one per Changes call that added ids to the
@@ -26,6 +27,14 @@ const (
 	entryKey       = 'k'
 	entryIDs       = 'i'
 	stateVersion   = 1
+)
+
+// Key entry flags beyond started and hasPrev. flagPrevTS marks an entry
+// that stores prevTS (after lastTS); older entries lack it and restore
+// prevTS as lastTS. flagQuiet: the key is quiet, quietAt and quietNext follow.
+const (
+	flagPrevTS = 4
+	flagQuiet  = 8
 )
 
 var errCorrupt = errors.New("truncated or corrupt state entry")
@@ -199,10 +208,19 @@ func appendDec(b []byte, d decimal.Decimal) []byte {
 }
 
 func encodeKey(b []byte, k *keyState) []byte {
-	b = append(b, stateVersion, boolBits(k.started, k.hasPrev))
+	flags := boolBits(k.started, k.hasPrev) | flagPrevTS
+	if k.quiet {
+		flags |= flagQuiet
+	}
+	b = append(b, stateVersion, flags)
 	b = binary.AppendVarint(b, k.nextOpen)
 	b = binary.AppendVarint(b, k.nextClose-k.nextOpen)
 	b = binary.AppendVarint(b, k.lastTS)
+	b = binary.AppendVarint(b, k.prevTS)
+	if k.quiet {
+		b = binary.AppendVarint(b, k.quietAt)
+		b = binary.AppendVarint(b, k.quietNext)
+	}
 	if k.hasPrev {
 		b = appendDec(b, k.prevClose)
 	}
@@ -230,6 +248,13 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 	k.nextOpen = r.varint()
 	k.nextClose = k.nextOpen + r.varint()
 	k.lastTS = r.varint()
+	k.prevTS = k.lastTS // entries written before prevTS was stored
+	if val[1]&flagPrevTS != 0 {
+		k.prevTS = r.varint()
+	}
+	if k.quiet = val[1]&flagQuiet != 0; k.quiet {
+		k.quietAt, k.quietNext = r.varint(), r.varint()
+	}
 	if k.hasPrev {
 		k.prevClose = r.dec()
 	}

@@ -25,6 +25,7 @@ type Topology struct {
 	Sources    map[string]*Source    `yaml:"sources" required:"true" doc:"Input streams by name."`
 	Processors map[string]*Processor `yaml:"processors" required:"true" doc:"Candle and rollup processors by name."`
 	Sinks      map[string]*Sink      `yaml:"sinks" doc:"Where candles (or raw trades) are written outside Kafka, by name."`
+	Serve      Serve                 `yaml:"serve" doc:"The read side run by kandle serve: candle API, WebSocket stream and chart page over the stores the sinks write."`
 
 	// File is the path the topology was read from (for messages).
 	File string `yaml:"-"`
@@ -79,6 +80,7 @@ type Source struct {
 	Fields         Fields   `yaml:"fields" doc:"Which JSON fields hold the key, event time, price, quantity and id."`
 	Symbols        []string `yaml:"symbols" doc:"Optional whitelist of keys; others are rejected with reason unknown_key."`
 	MaxRecordBytes int      `yaml:"max_record_bytes" default:"65536" doc:"Records larger than this are rejected with reason oversized."`
+	KeyCheck       bool     `yaml:"key_check" default:"true" doc:"Reject (reason key_mismatch) a record whose record key (Kafka) or partition key (Kinesis) is not its key field's value, or that has no key: a key spread over two partitions would get two final candles per window. Turn off only for a producer that routes keys to partitions some other way."`
 	Kinesis        Kinesis  `yaml:"kinesis" doc:"Kinesis stream settings (kind kinesis)."`
 }
 
@@ -113,8 +115,8 @@ type Processor struct {
 	Zone        string        `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
 	Lateness    time.Duration `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
 	IdleTimeout time.Duration `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
-	MaxFuture   time.Duration `yaml:"max_future" default:"1m" doc:"Records stamped further than this ahead of the clock are rejected (reason future). 0 disables."`
-	MaxIdle     time.Duration `yaml:"max_idle" default:"24h" doc:"A key without trades for this long (event time) stops getting gap candles."`
+	MaxFuture   time.Duration `yaml:"max_future" default:"1s" doc:"Records stamped further than this ahead of the clock are rejected (reason future). At most lateness: a record max_future ahead moves the watermark to at most the clock + max_future - lateness, so trades less than lateness - max_future behind the clock are never late. 0 disables."`
+	MaxIdle     time.Duration `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever."`
 	Dedupe      bool          `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
 	GapFill     bool          `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
 	Output      Output        `yaml:"output" doc:"Topic the closed candles are written to. Default: <topology>.<processor>."`
@@ -140,4 +142,29 @@ type Sink struct {
 	Config any `yaml:"-"`
 	// Node is the sink's YAML (for connector-level messages).
 	Node *yaml.Node `yaml:"-"`
+}
+
+// Serve configures kandle serve, the read side: which sinks' stores answer
+// which part of a candle request, and the HTTP server's limits. Any number
+// of serve processes may run behind a load balancer; they share nothing.
+type Serve struct {
+	Listen           string        `yaml:"listen" default:"127.0.0.1:8080" doc:"host:port the HTTP server listens on (API, WebSocket stream, chart page)."`
+	Hot              string        `yaml:"hot" doc:"Name of a dynamodb sink: recent closed candles, read with a Query on the candle key. Empty: no hot store."`
+	HotHorizon       time.Duration `yaml:"hot_horizon" default:"0s" doc:"How far back the hot store holds candles (its TTL). Older parts of a range are read from cold. 0: the hot store keeps everything (cold is read only when there is no hot store)."`
+	Cold             string        `yaml:"cold" doc:"Name of an s3parquet sink: all closed candles, read with ranged GETs of only the needed objects, row groups and columns. Empty: no cold store."`
+	Live             string        `yaml:"live" doc:"Name of a valkey sink: the open candle (active hash) for the newest window and pub/sub for the WebSocket stream. Empty: no open window and no stream."`
+	DefaultLimit     int           `yaml:"default_limit" default:"500" doc:"Candles per page when a request gives no limit."`
+	MaxLimit         int           `yaml:"max_limit" default:"1000" doc:"Largest limit a request may ask for; larger ones are refused with 400."`
+	MaxRangeWindows  int64         `yaml:"max_range_windows" default:"1000000" doc:"Largest start..end span of one request, counted in windows of the timeframe; larger ones are refused with 400 (page with the cursor instead)."`
+	AuthTokenEnv     string        `yaml:"auth_token_env" doc:"Name of the environment variable holding a bearer token; when set, every /v1 and /udf request and the stream need Authorization: Bearer <token> (or ?token= on the WebSocket). The chart page itself stays public. Empty: no auth."`
+	CORSOrigins      []string      `yaml:"cors_origins" doc:"Origins allowed to call the API from a browser and to open the stream (e.g. https://charts.example.com), or \"*\". Empty: same origin only."`
+	ReadTimeout      time.Duration `yaml:"read_timeout" default:"10s" doc:"Limit for reading one request, headers included."`
+	WriteTimeout     time.Duration `yaml:"write_timeout" default:"30s" doc:"Limit for writing one API response (store reads included). WebSocket writes use write_wait."`
+	IdleTimeout      time.Duration `yaml:"idle_timeout" default:"120s" doc:"How long an idle keep-alive connection stays open."`
+	StoreTimeout     time.Duration `yaml:"store_timeout" default:"10s" doc:"Limit for the store reads of one API request; a slower store answers 504."`
+	MaxSubscriptions int           `yaml:"max_subscriptions" default:"64" doc:"Most (symbol, timeframe) pairs one WebSocket connection may subscribe to."`
+	ClientQueue      int           `yaml:"client_queue" default:"256" doc:"Updates queued per WebSocket client (after coalescing updates of the same candle); a client whose queue overflows is disconnected with reason \"slow consumer\"."`
+	WriteWait        time.Duration `yaml:"write_wait" default:"10s" doc:"Limit for writing one WebSocket message; a client slower than this is disconnected."`
+	PingInterval     time.Duration `yaml:"ping_interval" default:"20s" doc:"How often the server pings each WebSocket client; a client that does not answer within ping_interval is disconnected."`
+	MaxMessageBytes  int64         `yaml:"max_message_bytes" default:"4096" doc:"Largest message a WebSocket client may send; larger ones close the connection with status 1009."`
 }

@@ -112,12 +112,12 @@ func TestCryptoDefaults(t *testing.T) {
 		t.Fatalf("top-level defaults: commit %v metrics %q dlq %+v", top.Commit, top.Metrics, top.DeadLetter)
 	}
 	src := top.Sources["trades"]
-	if src.Kind != "kafka" || src.Topic != "trades" || src.Partitions != 3 || src.MaxRecordBytes != 65536 ||
+	if src.Kind != "kafka" || src.Topic != "trades" || src.Partitions != 3 || src.MaxRecordBytes != 65536 || !src.KeyCheck ||
 		src.Fields != (Fields{Key: "symbol", Time: "ts", Price: "price", Qty: "qty", ID: "trade_id"}) {
 		t.Fatalf("source: %+v", src)
 	}
 	p := top.Processors["1m"]
-	if p.Lateness != 2*time.Second || p.IdleTimeout != 5*time.Second || p.MaxFuture != time.Minute ||
+	if p.Lateness != 2*time.Second || p.IdleTimeout != 5*time.Second || p.MaxFuture != time.Second ||
 		p.MaxIdle != 24*time.Hour || !p.Dedupe || !p.GapFill || p.Zone != "UTC" || p.Output.Topic != "candles.1m" {
 		t.Fatalf("processor defaults: %+v", p)
 	}

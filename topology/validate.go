@@ -59,6 +59,7 @@ func (t *Topology) validate(ps Problems) Problems {
 	c.rollups()
 	c.topics()
 	c.sinks()
+	c.serve()
 	return c.ps
 }
 
@@ -165,6 +166,9 @@ func (c *checker) processors() {
 			} else {
 				p.tf = tf
 			}
+		}
+		if p.Kind == "candles" && p.MaxFuture > 0 && p.MaxFuture > p.Lateness {
+			c.report(c.at("processors", name, "max_future"), "%s.max_future: %s is more than lateness (%s): one record stamped max_future ahead of the clock would move the watermark past the clock and make on-time trades late; keep max_future at most lateness (defaults: 1s and 2s) or set max_future: 0s to turn the guard off", path, p.MaxFuture, p.Lateness)
 		}
 		if p.Output.Partitions < 1 {
 			c.report(c.at("processors", name, "output", "partitions"), "%s.output.partitions: %d is less than 1 (a topic needs at least one partition)", path, p.Output.Partitions)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/gen"
+	"github.com/kandle/kandle/serve"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -23,13 +25,16 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "demo", "[flags]",
 		"Starts the embedded dev broker, the crypto topology (1m candles rolled up to 1M) and a trade generator:\n"+
 			"first a backlog of the last -backlog of trades (so candles appear at once), then live trades at -rate.\n"+
-			"Closed candles are printed as a table while it runs. Stop with Ctrl-C.")
+			"Closed candles are printed as a table while it runs, and kandle serve's chart page shows them live\n"+
+			"(from an in-memory store fed by the output topics and the processors: no other service needed).\n"+
+			"Stop with Ctrl-C.")
 	top := topologyFlag(fs)
 	backlog := fs.Duration("backlog", 30*time.Minute, "event-time span of the historical trades sent first")
 	backlogCount := fs.Int("backlog-trades", 20000, "number of historical trades")
 	rate := fs.Float64("rate", 50, "live trades per second after the backlog")
 	duration := fs.Duration("duration", 0, "stop after this long (0 = run until Ctrl-C)")
 	show := fs.String("show", "1m,5m,15m,1h", "timeframes whose closed candles are printed")
+	serveAddr := fs.String("serve", "127.0.0.1:8080", "where the chart page and candle API listen (\"\" turns them off; :0 picks a free port)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,10 +48,27 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 		return reportTopology(e, err)
 	}
 	e.logLevel.Set(max(e.logLevel.Level(), slog.LevelWarn)) // the table is the output
-	eng, err := engine.New(t, engine.WithLogger(e.log), engine.WithRegisterer(prometheus.NewRegistry()),
-		engine.WithDevBrokerListen("127.0.0.1:0"), engine.WithInstanceID("demo"))
+	// The chart's store: closed candles from the output topics (below),
+	// open candles from every processor.
+	mem := serve.NewMemory(demoHistory)
+	opts := []engine.Option{engine.WithLogger(e.log), engine.WithRegisterer(prometheus.NewRegistry()),
+		engine.WithDevBrokerListen("127.0.0.1:0"), engine.WithInstanceID("demo")}
+	for _, name := range sortedKeys(t.Processors) {
+		opts = append(opts, engine.WithLive(name, mem))
+	}
+	eng, err := engine.New(t, opts...)
 	if err != nil {
 		return err
+	}
+	var srv *serve.Server
+	var ln net.Listener
+	if *serveAddr != "" {
+		if srv, err = demoServer(e, t, mem); err != nil {
+			return err
+		}
+		if ln, err = listen(*serveAddr); err != nil {
+			return fmt.Errorf("demo: chart page: listen on %s: %w; pick another address with -serve (or -serve \"\" to skip it)", *serveAddr, err)
+		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -68,8 +90,19 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	if !t.Brokers.Embedded() {
 		where = "broker"
 	}
-	fmt.Fprintf(e.stdout, "kandle demo: topology %q on %s %s; trades go to %q. Ctrl-C stops.\n\n",
+	fmt.Fprintf(e.stdout, "kandle demo: topology %q on %s %s; trades go to %q. Ctrl-C stops.\n",
 		t.Name, where, seeds[0], src.Topic)
+	if srv != nil {
+		fmt.Fprintf(e.stdout, "kandle demo: live chart at %s\n", pageURL(ln.Addr()))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Run(ctx, ln); err != nil && ctx.Err() == nil {
+				cancel(err)
+			}
+		}()
+	}
+	fmt.Fprintln(e.stdout)
 
 	// A topology that lists brokers runs the demo on them: connect the way
 	// the engine does (the embedded broker needs nothing).
@@ -83,7 +116,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	}
 	defer cl.Close()
 	wg.Add(2)
-	go func() { defer wg.Done(); printCandles(ctx, e, t, seeds, sec, splitList(*show)) }()
+	go func() { defer wg.Done(); printCandles(ctx, e, t, seeds, sec, splitList(*show), mem) }()
 	go func() {
 		defer wg.Done()
 		now := time.Now()
@@ -125,19 +158,33 @@ func waitBrokers(ctx context.Context, eng *engine.Engine) ([]string, error) {
 	}
 }
 
-// printCandles tails the output topics of the shown timeframes (read
-// committed, as any downstream reader would) and prints one row per candle.
-func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []string, sec []kgo.Opt, show []string) {
+// demoHistory is how many closed candles per series the demo's chart store
+// keeps (about 3.5 days of 1m candles).
+const demoHistory = 5000
+
+// demoServer is kandle serve over the demo's in-memory store.
+func demoServer(e *env, t *topology.Topology, mem *serve.Memory) (*serve.Server, error) {
+	tfs := map[string]candle.Timeframe{}
+	for _, name := range sortedKeys(t.Processors) {
+		p := t.Processors[name]
+		if _, ok := tfs[p.Timeframe]; !ok {
+			tfs[p.Timeframe] = t.TimeframeOf(p)
+		}
+	}
+	return serve.New(serve.Options{Config: t.Serve, Timeframes: tfs, Hot: mem, Live: mem, Feed: mem, Log: e.log})
+}
+
+// printCandles tails the output topics (read committed, as any downstream
+// reader would), prints one row per candle of the shown timeframes and
+// adds every candle to the chart's store.
+func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []string, sec []kgo.Opt, show []string, mem *serve.Memory) {
 	var topics []string
 	want := map[string]bool{}
 	for _, tf := range show {
 		want[tf] = true
 	}
 	for _, name := range sortedKeys(t.Processors) {
-		p := t.Processors[name]
-		if want[p.Timeframe] {
-			topics = append(topics, p.Output.Topic)
-		}
+		topics = append(topics, t.Processors[name].Output.Topic)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topics...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, sec...)...)
@@ -157,7 +204,11 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 			}
 		})
 		sort.SliceStable(rows, func(i, j int) bool { return rows[i].OpenTime < rows[j].OpenTime })
+		mem.Add(rows...)
 		for _, c := range rows {
+			if !want[c.Timeframe] {
+				continue
+			}
 			gap := ""
 			if c.Gap {
 				gap = " gap"

@@ -34,6 +34,7 @@ func commands() []command {
 		{"run", "run a topology as a member of its consumer groups (the deployed job)", cmdRun},
 		{"validate", "check topology files and report every problem with file:line:col", cmdValidate},
 		{"replay", "rebuild candles from a bounded range of the input, without joining any group", cmdReplay},
+		{"plan", "show which processors keep, rebuild or drop their state when a topology file changes", cmdPlan},
 		{"test", "run topology unit tests written in YAML (input records → expected candles)", cmdTest},
 		{"gen", "generate synthetic trades to a topic or stdout", cmdGen},
 		{"dev-broker", "run an in-process Kafka-protocol broker for local development", cmdDevBroker},
@@ -41,6 +42,7 @@ func commands() []command {
 		{"offsets", "show per-partition offsets, lag and watermarks; reset a group to a time", cmdOffsets},
 		{"tables", "create or update the DynamoDB tables a topology declares (tables apply)", cmdTables},
 		{"query", "read candles back from a DynamoDB sink (latest, range, many symbols)", cmdQuery},
+		{"serve", "candle API over hot and cold storage, live WebSocket stream and chart page", cmdServe},
 		{"docs", "print the configuration reference generated from the component specs", cmdDocs},
 	}
 }

@@ -16,17 +16,23 @@ import (
 )
 
 func cmdReplay(ctx context.Context, e *env, args []string) error {
-	fs := newFlags(e, "replay", "-t topology.yaml [--from X] [--to Y] [--partitions 0,3] [--out topics|FILE|-]",
+	fs := newFlags(e, "replay", "-t topology.yaml [--from X] [--to Y] [--partitions 0,3] [--processors 5m,1h] [--out topics|FILE|-]",
 		"Reads a bounded range of the topology's sources without joining any consumer group and runs it through\n"+
 			"the processors in process. The result depends only on the input: watermarks never advance by the wall\n"+
 			"clock, and the future guard compares with the time the replay started. A mid-stream --from reads a\n"+
-			"warm-up before it so every key knows its previous close; candles opening before --from are not written.")
+			"warm-up before it so every key knows its previous close; candles opening before --from are not written.\n\n"+
+			"A replay reads every partition up to --to (or to the end offsets taken when it starts), however long the\n"+
+			"broker takes to deliver them; it never stops early because records are slow to come. When the brokers do\n"+
+			"not answer at all for --timeout (unreachable, down), it fails with exit status 1 instead of writing a\n"+
+			"partial result. --out topics creates missing output and dead-letter topics before it reads anything.")
 	top := topologyFlag(fs)
 	brokers := brokersFlag(fs)
 	from := fs.String("from", "earliest", "start: earliest, an offset (on every partition), or an RFC 3339 time (Kinesis: earliest or a time, by arrival)")
 	to := fs.String("to", "end", "end (exclusive): end (the end offsets seen at start), an offset, or an RFC 3339 time (Kinesis: end or a time; each shard stops at its first record that arrived at or after it)")
 	parts := fs.String("partitions", "", "comma-separated source partitions to replay (default all)")
+	procs := fs.String("processors", "", "comma-separated processors whose candles and dead letters are written (default all; every processor still runs, so rollups get their input)")
 	out := fs.String("out", "topics", "where results go: topics (the topology's output and dead-letter topics), a file path, or - for stdout (JSON lines)")
+	timeout := fs.Duration("timeout", engine.DefaultReplayTimeout, "fail when the brokers give no answer at all for this long (slow answers are waited for)")
 	warmup := fs.Duration("warmup", 0, "history read before a mid-stream --from (default: the longest window of the topology plus its lateness)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -42,12 +48,21 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
-	o := engine.ReplayOptions{Started: time.Now(), Warmup: *warmup, Logger: e.log}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive (e.g. 1m), got %s", *timeout)
+	}
+	o := engine.ReplayOptions{Started: time.Now(), Warmup: *warmup, Logger: e.log, Timeout: *timeout}
 	if o.From, err = engine.ParseBound(*from); err != nil {
 		return fmt.Errorf("--from: %w", err)
 	}
 	if o.To, err = engine.ParseBound(*to); err != nil {
 		return fmt.Errorf("--to: %w", err)
+	}
+	o.Processors = splitList(*procs)
+	for _, name := range o.Processors {
+		if t.Processors[name] == nil {
+			return fmt.Errorf("--processors: topology %s has no processor %q", t.Name, name)
+		}
 	}
 	for _, p := range splitList(*parts) {
 		n, err := strconv.Atoi(p)
@@ -58,7 +73,7 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	}
 	switch *out {
 	case "topics":
-		if o.Out, err = engine.NewTopicOutput(t, seeds); err != nil {
+		if o.Out, err = engine.NewTopicOutput(ctx, t, seeds, *timeout, e.log); err != nil {
 			return err
 		}
 	case "-":

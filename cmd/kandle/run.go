@@ -18,7 +18,10 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "[-t topology.yaml] [flags]",
 		"Runs every processor and sink of the topology as a member of its consumer groups. Start several\n"+
 			"instances with different -instance ids to spread partitions; stop with SIGTERM/Ctrl-C (in-flight work\n"+
-			"is committed and the groups are left cleanly).")
+			"is committed and the groups are left cleanly).\n\n"+
+			"It refuses to start when the topology changed a setting a processor's stored state depends on\n"+
+			"(timeframe, zone, lateness, max_idle, dedupe, gap_fill, fields, input, its rollup chain), naming each\n"+
+			"processor and what to do; `kandle plan -t NEW --against OLD` shows it before you deploy.")
 	top := topologyFlag(fs)
 	brokers := brokersFlag(fs)
 	stateDir := fs.String("state-dir", ".data/state", "directory of the local Pebble state store (\"\" keeps state in memory and rebuilds it from the changelog)")

@@ -16,6 +16,8 @@
 //	      trades:                  # source name
 //	        - partition: 0         # optional, default 0
 //	          offset: 0            # optional: first offset of this block (default: continue the partition)
+//	          key: BTC             # optional record key of every record of the block, null for none
+//	                               # (default: each record's key field, as a producer keying by symbol sends it)
 //	          records:
 //	            - {symbol: BTC, ts: "2026-01-01T00:00:01Z", price: "100", qty: "0.1", trade_id: 1}
 //	            - '{"symbol":"BTC", broken'    # a string is sent verbatim

@@ -45,6 +45,7 @@ type feed struct {
 	source    string
 	partition int32
 	offset    int64
+	key       []byte // the record key (nil: none)
 	value     []byte
 }
 
@@ -215,7 +216,7 @@ func (p *parser) inputs(c *Case, n *yaml.Node, s *Suite) error {
 			return errAt(v, "input.%s: list partition blocks: - partition: 0, records: [...]", src)
 		}
 		for _, bn := range v.Content {
-			if err := p.block(c, src, deref(bn), next[src]); err != nil {
+			if err := p.block(c, src, s.Topology.Sources[src].Fields.Key, deref(bn), next[src]); err != nil {
 				return err
 			}
 		}
@@ -223,15 +224,25 @@ func (p *parser) inputs(c *Case, n *yaml.Node, s *Suite) error {
 	return nil
 }
 
-func (p *parser) block(c *Case, src string, n *yaml.Node, next map[int32]int64) error {
+func (p *parser) block(c *Case, src, keyField string, n *yaml.Node, next map[int32]int64) error {
 	if n.Kind != yaml.MappingNode {
 		return errAt(n, "a partition block is a mapping: {partition: 0, records: [...]}")
 	}
 	var part int32
 	var records *yaml.Node
 	offset := int64(-1)
-	err := eachKey(n, []string{"partition", "offset", "records"}, func(k, v *yaml.Node) error {
+	var key []byte
+	explicitKey := false
+	err := eachKey(n, []string{"partition", "offset", "key", "records"}, func(k, v *yaml.Node) error {
 		switch k.Value {
+		case "key":
+			explicitKey = true
+			if v.Kind != yaml.ScalarNode {
+				return errAt(v, "key: is the record key of every record of the block (a string), or null for none")
+			}
+			if v.ShortTag() != "!!null" {
+				key = []byte(v.Value)
+			}
 		case "partition":
 			x, err := wholeNumber(v, 1<<31-1)
 			part = int32(x)
@@ -262,7 +273,11 @@ func (p *parser) block(c *Case, src string, n *yaml.Node, next map[int32]int64) 
 		if err != nil {
 			return err
 		}
-		c.feeds = append(c.feeds, feed{source: src, partition: part, offset: next[part], value: b})
+		k := key
+		if !explicitKey {
+			k = recordKey(b, keyField)
+		}
+		c.feeds = append(c.feeds, feed{source: src, partition: part, offset: next[part], key: k, value: b})
 		next[part]++
 	}
 	return nil

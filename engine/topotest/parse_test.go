@@ -106,3 +106,27 @@ tests:
 		t.Errorf("feeds %v, want %s", got, want)
 	}
 }
+
+// TestRecordKeyDefaultsToKeyField: without key: a record goes out keyed by
+// its key field (a string's text, a number's digits, a dotted path into a
+// nested object), as a producer keying by symbol sends it; a record that is
+// not such an object has no key.
+func TestRecordKeyDefaultsToKeyField(t *testing.T) {
+	for _, c := range []struct{ value, field, want string }{
+		{`{"symbol":"BTC","ts":1}`, "symbol", "BTC"},
+		{`{"symbol":"B\u0054C"}`, "symbol", "BTC"},
+		{`{"device":4200000000000000000001}`, "device", "4200000000000000000001"},
+		{`{"data":{"s":"ETH"}}`, "data.s", "ETH"},
+		{`{"symbol":null}`, "symbol", "<nil>"},
+		{`{"other":"BTC"}`, "symbol", "<nil>"},
+		{`not json`, "symbol", "<nil>"},
+	} {
+		got := "<nil>"
+		if k := recordKey([]byte(c.value), c.field); k != nil {
+			got = string(k)
+		}
+		if got != c.want {
+			t.Errorf("recordKey(%s, %q) = %s, want %s", c.value, c.field, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package topotest
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -103,4 +104,30 @@ func (e *posError) Error() string { return e.msg }
 
 func errAt(n *yaml.Node, format string, args ...any) error {
 	return &posError{node: n, msg: fmt.Sprintf(format, args...)}
+}
+
+// recordKey returns what a producer keying by the key field sends as the
+// record key: the value at the field's (dotted) path, a string's text or a
+// number's digits. A record that is not such an object has none (nil).
+func recordKey(value []byte, field string) []byte {
+	var v any
+	d := json.NewDecoder(bytes.NewReader(value))
+	d.UseNumber()
+	if d.Decode(&v) != nil {
+		return nil
+	}
+	for _, part := range strings.Split(field, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[part]
+	}
+	switch x := v.(type) {
+	case string:
+		return []byte(x)
+	case json.Number:
+		return []byte(x.String())
+	}
+	return nil
 }

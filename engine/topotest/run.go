@@ -62,7 +62,7 @@ func (c *Case) Run() (*Outcome, error) {
 		o.log = append(o.log, "dead letter: "+o.DeadLetters[len(o.DeadLetters)-1])
 	}
 	for _, f := range c.feeds {
-		if err := p.Feed(f.source, f.partition, f.offset, f.value); err != nil {
+		if err := p.Feed(f.source, f.partition, f.offset, f.key, f.value); err != nil {
 			return nil, fmt.Errorf("%s:%d: test %q: feed %s p%d@%d: %w", c.File, c.Line, c.Name, f.source, f.partition, f.offset, err)
 		}
 	}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/topology"
+)
+
+func cmdPlan(ctx context.Context, e *env, args []string) error {
+	fs := newFlags(e, "plan", "-t NEW.yaml [--against OLD.yaml | -brokers ...]",
+		"Shows what starting NEW would do to the state and outputs of a running topology, per processor:\n"+
+			"  kept     its state was written under the same settings and carries on;\n"+
+			"  rebuild  a setting its state depends on changed (timeframe, zone, lateness, max_idle, dedupe,\n"+
+			"           gap_fill, fields, input, or anything up its rollup chain): `kandle run` refuses to start\n"+
+			"           until it is renamed (fresh state, rebuilt from the earliest retained input) or reset;\n"+
+			"  new      no state yet: it starts empty and reads its input from the earliest retained record;\n"+
+			"  dropped  no longer in NEW: its state and consumer group stay unused until you delete them.\n"+
+			"OUTPUT says whether its candles change from then on. Compatible edits (idle_timeout, max_future,\n"+
+			"output topic, symbols, key_check, sinks) are listed but keep the state.\n\n"+
+			"With --against OLD it compares two topology files and needs no broker. Without it, it compares NEW\n"+
+			"with the fingerprints the running group recorded on the brokers (topic <name>.fingerprints).")
+	top := topologyFlag(fs)
+	against := fs.String("against", "", "topology file NEW replaces (default: what the brokers recorded)")
+	brokers := brokersFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cur, err := loadTopology(*top)
+	if err != nil {
+		return reportTopology(e, err)
+	}
+	var old *topology.Topology
+	var stored map[string]topology.Fingerprint
+	what := ""
+	if *against != "" {
+		if old, err = loadTopology(*against); err != nil {
+			return reportTopology(e, err)
+		}
+		what = old.File
+	} else {
+		seeds, err := standaloneBrokers(cur, *brokers)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if stored, err = engine.StoredFingerprints(cctx, cur, seeds); err != nil {
+			return fmt.Errorf("read the recorded state fingerprints (is the broker reachable? or compare two files with --against OLD.yaml): %w", err)
+		}
+		what = "the state recorded on " + strings.Join(seeds, ",") + " (" + engine.FingerprintTopic(cur) + ")"
+	}
+	rows, err := plan(cur, old, stored)
+	if err != nil {
+		return err
+	}
+	printPlan(e.stdout, cur, what, rows, old)
+	return nil
+}
+
+type planRow struct {
+	name, state, output string
+	why                 []string
+}
+
+// plan compares cur with old (a topology file) or with stored (fingerprints
+// recorded on the brokers).
+func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) ([]planRow, error) {
+	before := stored
+	if old != nil {
+		before = map[string]topology.Fingerprint{}
+		for name := range old.Processors {
+			fp, err := old.Fingerprint(name)
+			if err != nil {
+				return nil, err
+			}
+			before[name] = fp
+		}
+	}
+	var rows []planRow
+	for _, st := range cur.Stages() {
+		name, p := st.Name, st.Processor
+		fp, err := cur.Fingerprint(name)
+		if err != nil {
+			return nil, err
+		}
+		r := planRow{name: name, output: p.Output.Topic}
+		was, ok := before[name]
+		switch {
+		case !ok:
+			r.state, r.output = "new", p.Output.Topic+" (new)"
+		default:
+			r.state = "kept"
+			for _, c := range fp.Changes(was) {
+				r.state = "rebuild"
+				r.why = append(r.why, c.String())
+			}
+			if r.state == "rebuild" {
+				r.output = p.Output.Topic + " (candles change)"
+			}
+		}
+		if old != nil && old.Processors[name] != nil {
+			compat := compatibleChanges(old, cur, name)
+			r.why = append(r.why, compat...)
+			if r.state == "kept" {
+				r.output = p.Output.Topic + " (same)"
+				if len(compat) > 0 {
+					r.output = p.Output.Topic + " (same windows)"
+				}
+			}
+			if op := old.Processors[name].Output.Topic; op != p.Output.Topic {
+				r.output += ", was " + op
+			}
+		}
+		rows = append(rows, r)
+	}
+	var dropped []string
+	for name := range before {
+		if cur.Processors[name] == nil {
+			dropped = append(dropped, name)
+		}
+	}
+	sort.Strings(dropped)
+	for _, name := range dropped {
+		out := "-"
+		if old != nil {
+			out = old.Processors[name].Output.Topic + " (no longer written)"
+		}
+		rows = append(rows, planRow{name: name, state: "dropped", output: out,
+			why: []string{"changelog " + cur.Name + "." + name + ".changelog and group " + cur.Group + "." + name + " are no longer used"}})
+	}
+	return rows, nil
+}
+
+// compatibleChanges lists the settings of processor name (and of its
+// source) that changed without touching its state.
+func compatibleChanges(old, cur *topology.Topology, name string) []string {
+	o, n := old.Processors[name], cur.Processors[name]
+	var out []string
+	add := func(what string, a, b any) {
+		if fa, fb := fmt.Sprint(a), fmt.Sprint(b); fa != fb {
+			out = append(out, fmt.Sprintf("%s %s → %s (compatible)", what, fa, fb))
+		}
+	}
+	if n.Kind != "rollup" {
+		add("idle_timeout", o.IdleTimeout, n.IdleTimeout)
+		add("max_future", o.MaxFuture, n.MaxFuture)
+		if osrc, nsrc := old.Sources[o.From], cur.Sources[n.From]; osrc != nil && nsrc != nil {
+			add("symbols", osrc.Symbols, nsrc.Symbols)
+			add("max_record_bytes", osrc.MaxRecordBytes, nsrc.MaxRecordBytes)
+			add("key_check", osrc.KeyCheck, nsrc.KeyCheck)
+		}
+	}
+	add("output topic", o.Output.Topic, n.Output.Topic)
+	add("output partitions", o.Output.Partitions, n.Output.Partitions)
+	return out
+}
+
+func printPlan(w io.Writer, cur *topology.Topology, what string, rows []planRow, old *topology.Topology) {
+	fmt.Fprintf(w, "Plan for %s against %s\n\n", cur.File, what)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROCESSOR\tSTATE\tOUTPUT\tWHY")
+	rebuild := 0
+	for _, r := range rows {
+		why := "-"
+		if len(r.why) > 0 {
+			why = r.why[0]
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.name, r.state, r.output, why)
+		for _, more := range r.why[min(1, len(r.why)):] {
+			fmt.Fprintf(tw, "\t\t\t%s\n", more)
+		}
+		if r.state == "rebuild" {
+			rebuild++
+		}
+	}
+	tw.Flush()
+	if old != nil {
+		printSinkChanges(w, old, cur)
+	}
+	if rebuild == 0 {
+		fmt.Fprintln(w, "\nEvery kept processor carries on with its state: `kandle run` can start with this topology.")
+		return
+	}
+	fmt.Fprintf(w, "\n%d processor(s) need their state rebuilt; `kandle run` refuses to start with this topology until, for each:\n", rebuild)
+	fmt.Fprintln(w, "  - it gets a new name and a new output topic (fresh state, built from the earliest retained input;")
+	fmt.Fprintln(w, "    point rollups and sinks at it), or")
+	fmt.Fprintf(w, "  - it is reset: stop every instance, delete topic %s.<processor>.changelog and group %s.<processor>.\n", cur.Name, cur.Group)
+	fmt.Fprintln(w, "`kandle replay -t FILE --processors NAME --from TIME --out topics` rebuilds the candles of a past range.")
+}
+
+func printSinkChanges(w io.Writer, old, cur *topology.Topology) {
+	var lines []string
+	names := map[string]bool{}
+	for n := range old.Sinks {
+		names[n] = true
+	}
+	for n := range cur.Sinks {
+		names[n] = true
+	}
+	for _, n := range slices.Sorted(func(yield func(string) bool) {
+		for k := range names {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		o, c := old.Sinks[n], cur.Sinks[n]
+		switch {
+		case o == nil:
+			lines = append(lines, fmt.Sprintf("  %s: new %s sink of %s (reads from the earliest retained candles)", n, c.Kind, strings.Join(c.From, ", ")))
+		case c == nil:
+			lines = append(lines, fmt.Sprintf("  %s: removed (its store keeps what it wrote)", n))
+		case o.Kind != c.Kind || !slices.Equal(o.From, c.From):
+			lines = append(lines, fmt.Sprintf("  %s: %s of %s → %s of %s", n, o.Kind, strings.Join(o.From, ", "), c.Kind, strings.Join(c.From, ", ")))
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintln(w, "\nSinks (no state; compatible):")
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+	}
+}

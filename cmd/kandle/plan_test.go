@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/engine"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files (review the diff before committing)")
+
+// golden compares got with testdata/plan/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "plan", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/kandle -run TestPlan -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (run go test ./cmd/kandle -run TestPlan -update after checking the change)\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// kandle plan -t NEW --against OLD: per processor kept / rebuild / new /
+// dropped with the settings that decide it, the output topics, the sinks.
+func TestPlanAgainstFile(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := realMain(context.Background(), []string{"plan", "-t", "testdata/plan/new.yaml", "--against", "testdata/plan/old.yaml"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	golden(t, "against_file.golden", out.String())
+	// The same file against itself changes nothing.
+	out.Reset()
+	if code := realMain(context.Background(), []string{"plan", "-t", "testdata/plan/old.yaml", "--against", "testdata/plan/old.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	golden(t, "unchanged.golden", out.String())
+}
+
+// kandle plan -t NEW against a running group: the fingerprints its
+// processors recorded on the broker.
+func TestPlanAgainstBroker(t *testing.T) {
+	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	seeds := b.Addrs()
+	old, err := loadTopology("testdata/plan/old.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(old, engine.WithBrokers(seeds), engine.WithStateDir(t.TempDir()), engine.WithOnly("1m", "5m", "1h", "1d", "15m", "30s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(ctx) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		fps, err := engine.StoredFingerprints(context.Background(), old, seeds)
+		if err == nil && len(fps) == len(old.Processors) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group did not record its fingerprints within 60s (%d recorded, err %v)", len(fps), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := realMain(context.Background(), []string{"plan", "-t", "testdata/plan/new.yaml", "-brokers", seeds[0]}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	golden(t, "against_broker.golden", strings.ReplaceAll(out.String(), seeds[0], "BROKER"))
+}

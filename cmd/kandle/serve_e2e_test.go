@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/testkit"
+	"github.com/kandle/kandle/serve"
+)
+
+// TestServeEqualsTopics is the read side's correctness property: after a
+// pipeline wrote its candles to DynamoDB (dynalite), the S3 Parquet lake
+// (in-process S3) and Valkey (redis-server), kandle serve's API returns,
+// for many random ranges, limits and orders followed page by page through
+// the cursor, exactly the candles on the output topics, plus the open
+// window from the active hash. The hot horizon puts the hot/cold boundary
+// in the middle of the data, so ranges cross it.
+func TestServeEqualsTopics(t *testing.T) {
+	h := newSXHarness(t)
+	defer h.shutdown()
+	cfg := sxStream(3000, 100*time.Minute)
+	h.startRun()
+	h.produce(cfg, 0)
+	h.waitClosed(cfg, 40*time.Second)
+	truth := h.topicCandles()
+	h.waitSinks(truth, wantLedger(t, cfg), 30*time.Second)
+
+	// One more trade opens the window at H for one symbol: it stays open
+	// (the watermark is H + 28s) and lives only in the active hash.
+	H := sxHourEnd(cfg)
+	sym := cfg.Symbols[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	v := fmt.Sprintf(`{"symbol":%q,"ts":%d,"price":"123.45","qty":"0.5","trade_id":"open-1"}`, sym, H+30_000)
+	if err := cl.ProduceSync(h.ctx, &kgo.Record{Topic: "trades", Key: []byte(sym), Value: []byte(v)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	open := candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: H, CloseTime: H + 60_000,
+		Open: decimal.MustParse("123.45"), High: decimal.MustParse("123.45"), Low: decimal.MustParse("123.45"),
+		Close: decimal.MustParse("123.45"), Volume: decimal.MustParse("0.5"), QuoteVolume: decimal.MustParse("61.725"), Trades: 1}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		got, _ := h.vk.Do(h.ctx, h.vk.B().Hget().Key("candle:active:1m:"+sym).Field("open_time").Build()).ToString()
+		if got == fmt.Sprint(H) {
+			break
+		}
+		h.running()
+		if time.Now().After(deadline) {
+			t.Fatalf("the open window never reached the active hash (open_time %q)", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	truth[sxKey(open)] = open
+
+	// kandle serve's own wiring over the topology's sinks.
+	top, err := loadTopology(h.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top.Serve.Hot, top.Serve.Cold, top.Serve.Live = "history", "lake", "live"
+	top.Serve.HotHorizon = time.Hour
+	e := &env{stdout: io.Discard, stderr: io.Discard, log: slog.New(slog.DiscardHandler), logLevel: new(slog.LevelVar)}
+	o, closeStores, err := serveOptions(h.ctx, e, top, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStores()
+	now := time.UnixMilli(H).Add(10 * time.Minute) // boundary at H − 50m; the data spans H − 2h .. H
+	o.Now = func() time.Time { return now }
+	srv, err := serve.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = srv.Run(ctx, ln) })
+	defer func() { cancel(); wg.Wait() }()
+	base := "http://" + ln.Addr().String()
+
+	bySeries := map[[2]string][]candle.Candle{}
+	for _, c := range truth {
+		k := [2]string{c.Symbol, c.Timeframe}
+		bySeries[k] = append(bySeries[k], c)
+	}
+	for _, cs := range bySeries {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].OpenTime < cs[j].OpenTime })
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	lo, hi := H-3*3_600_000, H+3_600_000
+	crossed := 0
+	for i := 0; i < 120; i++ {
+		s := cfg.Symbols[r.IntN(len(cfg.Symbols))]
+		if i%4 == 0 {
+			s = sym // the series with an open window
+		}
+		tf := []string{"1m", "1m", "5m", "1h"}[r.IntN(4)]
+		from := lo + r.Int64N(hi-lo)
+		to := from + 1 + r.Int64N(hi-from)
+		limit := 1 + r.IntN(300)
+		order := []string{"asc", "desc"}[r.IntN(2)]
+		var want []string
+		for _, c := range bySeries[[2]string{s, tf}] {
+			if c.OpenTime >= from && c.OpenTime < to {
+				want = append(want, string(c.AppendJSON(nil)))
+			}
+		}
+		if order == "desc" {
+			slices.Reverse(want)
+		}
+		if b := now.Add(-time.Hour).UnixMilli(); from < b && to > b {
+			crossed++
+		}
+		q := fmt.Sprintf("%s/v1/candles?symbol=%s&timeframe=%s&start=%d&end=%d&limit=%d&order=%s", base, url.QueryEscape(s), tf, from, to, limit, order)
+		var got []string
+		for pages := 0; ; pages++ {
+			resp, err := http.Get(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var p struct {
+				Candles    []json.RawMessage `json:"candles"`
+				NextCursor string            `json:"next_cursor"`
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || json.Unmarshal(body, &p) != nil {
+				t.Fatalf("%s: %d %s", q, resp.StatusCode, body)
+			}
+			for _, c := range p.Candles {
+				got = append(got, string(c))
+			}
+			if p.NextCursor == "" {
+				break
+			}
+			if pages > 1000 {
+				t.Fatal("the cursor never ends")
+			}
+			q = fmt.Sprintf("%s/v1/candles?cursor=%s&limit=%d", base, p.NextCursor, limit)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s %s [%d, %d) limit %d %s: got %d candles, want %d\nfirst difference: %s",
+				s, tf, from, to, limit, order, len(got), len(want), firstDiff(got, want))
+		}
+	}
+	if crossed < 20 {
+		t.Fatalf("only %d ranges crossed the hot/cold boundary", crossed)
+	}
+	if reads, bytes := o.Cold.(coldStore).r.ReadStats(); reads == 0 || bytes == 0 {
+		t.Fatalf("the lake was never read (%d reads, %d bytes): ranges older than the horizon must come from cold", reads, bytes)
+	}
+}
+
+// TestServeCommand runs `kandle serve` as users do: it prints the chart
+// page's URL, answers the API from the topology's stores, refuses requests
+// without the token, and stops at startup when the token variable is unset.
+func TestServeCommand(t *testing.T) {
+	redis := testkit.Redis(t)
+	top := writeFile(t, "serve.yaml", fmt.Sprintf(`name: sv
+sources:
+  trades: {topic: trades, symbols: [BTC-USD, ETH-USD]}
+processors:
+  1m: {kind: candles, from: trades, timeframe: 1m}
+  5m: {kind: rollup, from: 1m, timeframe: 5m}
+sinks:
+  live: {kind: valkey, from: [1m, 5m], addrs: [%q]}
+serve:
+  listen: 127.0.0.1:0
+  auth_token_env: SV_TOKEN
+`, redis.Addr))
+	var out sxBuffer
+	if code := realMain(context.Background(), []string{"serve", "-t", top}, &out, &out); code == 0 || !strings.Contains(out.String(), "SV_TOKEN is unset or empty; export SV_TOKEN=") {
+		t.Fatalf("without the token variable: exit %d\n%s", code, out.String())
+	}
+	t.Setenv("SV_TOKEN", "tok")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	out = sxBuffer{}
+	code := -1
+	wg.Go(func() { code = realMain(ctx, []string{"serve", "-t", top}, &out, &out) })
+	var base string
+	re := regexp.MustCompile(`chart page at (http://\S+)/ `)
+	for deadline := time.Now().Add(20 * time.Second); base == ""; {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			base = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no URL printed:\n%s", out.String())
+		} else {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	get := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if c, b := get("/v1/timeframes", ""); c != 401 {
+		t.Errorf("without token: %d %s", c, b)
+	}
+	if c, b := get("/v1/timeframes", "tok"); c != 200 || b != `{"timeframes":["1m","5m"]}`+"\n" {
+		t.Errorf("timeframes: %d %s", c, b)
+	}
+	if c, b := get("/v1/symbols", "tok"); c != 200 || b != `{"symbols":["BTC-USD","ETH-USD"]}`+"\n" {
+		t.Errorf("symbols: %d %s", c, b)
+	}
+	if c, b := get("/v1/candles?symbol=BTC-USD&timeframe=1m", "tok"); c != 200 || !strings.Contains(b, `"candles":[]`) {
+		t.Errorf("no candles yet: %d %s", c, b)
+	}
+	if c, _ := get("/", ""); c != 200 {
+		t.Errorf("chart page: %d", c)
+	}
+	if c, b := get("/metrics", ""); c != 200 || !strings.Contains(b, "kandle_serve_requests_total") {
+		t.Errorf("metrics: %d", c)
+	}
+	cancel()
+	wg.Wait()
+	if code != 0 {
+		t.Errorf("serve exited %d after Ctrl-C:\n%s", code, out.String())
+	}
+}

@@ -1,0 +1,111 @@
+package valkey
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/testkit"
+)
+
+// TestReader reads back what the sink wrote: the active hash, the symbols,
+// and pub/sub messages (open and final) on one subscription per channel,
+// subscribed again after the server restarts.
+func TestReader(t *testing.T) {
+	srv := testkit.Redis(t)
+	s := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = 0 })
+	ctx := context.Background()
+	r, err := NewReader(ctx, DefaultConfig(srv.Addr), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c := candle.Candle{Symbol: "BTC/USDT", Timeframe: "1m", OpenTime: 10 * minute, CloseTime: 11 * minute,
+		Open: decimal.MustParse("1.5"), High: decimal.MustParse("2.000000000000000001"), Low: decimal.MustParse("1"),
+		Close: decimal.MustParse("1.25"), Volume: decimal.MustParse("0.3"), QuoteVolume: decimal.MustParse("0.45"), Trades: 3}
+	s.Active(c)
+	if err := s.FlushActive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := r.Active(ctx, "BTC/USDT", "1m")
+	if err != nil || !ok || got != c {
+		t.Fatalf("active: %+v %v %v; want %+v", got, ok, err, c)
+	}
+	if _, ok, err := r.Active(ctx, "BTC/USDT", "5m"); ok || err != nil {
+		t.Fatalf("absent series: %v %v", ok, err)
+	}
+	if syms, err := r.Symbols(ctx); err != nil || !slices.Equal(syms, []string{"BTC/USDT"}) {
+		t.Fatalf("symbols: %v %v", syms, err)
+	}
+
+	var mu sync.Mutex
+	var msgs []Message
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_ = r.Run(rctx, func(m Message) { mu.Lock(); msgs = append(msgs, m); mu.Unlock() })
+	})
+	defer func() { cancel(); wg.Wait() }()
+	if err := r.Subscribe(ctx, "BTC/USDT", "1m"); err != nil {
+		t.Fatal(err)
+	}
+	check := s.client // a plain client of the same server
+	waitFor(t, 10*time.Second, func() bool {
+		n, err := check.Do(ctx, check.B().PubsubNumsub().Channel("pub:candle:1m:BTC/USDT").Build()).AsIntMap()
+		return err == nil && n["pub:candle:1m:BTC/USDT"] == 1
+	}, "one subscriber on the channel")
+	next := c
+	next.Trades, next.Close = 4, decimal.MustParse("1.75")
+	s.Active(next)
+	if err := s.Write(ctx, []candle.Candle{next}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(msgs) >= 2
+	}, "the open and the final update")
+	mu.Lock()
+	for _, m := range msgs[:2] {
+		if m.Candle != next {
+			t.Errorf("message %s: %+v", m.Raw, m.Candle)
+		}
+	}
+	if msgs[0].Final || !msgs[len(msgs)-1].Final {
+		t.Errorf("final flags: %v, %v", msgs[0].Final, msgs[len(msgs)-1].Final)
+	}
+	mu.Unlock()
+	// The server goes away and comes back: Run reconnects and subscribes
+	// the set again, so updates flow without anyone asking.
+	srv.Stop()
+	restartRedis(t, srv.Addr)
+	waitFor(t, 30*time.Second, func() bool {
+		n, err := check.Do(ctx, check.B().PubsubNumsub().Channel("pub:candle:1m:BTC/USDT").Build()).AsIntMap()
+		return err == nil && n["pub:candle:1m:BTC/USDT"] == 1
+	}, "the subscription back after the restart")
+	mu.Lock()
+	before := len(msgs)
+	mu.Unlock()
+	later := next
+	later.OpenTime, later.CloseTime = next.CloseTime, next.CloseTime+minute
+	s.Active(later)
+	waitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(msgs) > before && msgs[len(msgs)-1].Candle == later
+	}, "an update after the restart")
+	if err := r.Unsubscribe(ctx, "BTC/USDT", "1m"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		n, err := check.Do(ctx, check.B().PubsubNumsub().Channel("pub:candle:1m:BTC/USDT").Build()).AsIntMap()
+		return err == nil && n["pub:candle:1m:BTC/USDT"] == 0
+	}, "no subscriber left")
+}

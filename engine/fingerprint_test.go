@@ -1,0 +1,140 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/topology"
+)
+
+// reparse swaps old for new in the fixture's topology file and parses it.
+func (f *fixture) reparse(old, new string) *topology.Topology {
+	f.t.Helper()
+	src := fmt.Sprintf(e2eTopology, f.seeds[0])
+	if !strings.Contains(src, old) {
+		f.t.Fatalf("topology lacks %q", old)
+	}
+	top, err := topology.Parse("e2e.yaml", []byte(strings.Replace(src, old, new, 1)), topology.Registry{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return top
+}
+
+// runOnce runs the engine until it fails or the deadline; it returns Run's error
+// (nil when it was still running at the deadline and stopped cleanly).
+func (f *fixture) runFor(dir string, d time.Duration) error {
+	f.t.Helper()
+	r := f.start(dir, "a")
+	select {
+	case err := <-r.done:
+		r.cancel()
+		return err
+	case <-time.After(d):
+		r.stop(f.t)
+		return nil
+	}
+}
+
+// An edit that changes what a processor's state means is refused at start,
+// naming every affected processor and what changed; the state on the broker
+// is untouched, so undoing the edit runs on as before. A compatible edit
+// (idle_timeout, max_future) just runs, and the outputs stay exact.
+func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	f.produce(3000, 1, t0, time.Hour)
+	orig := f.top
+	r := f.start(dir, "a")
+	f.waitFor(f.replay(), 90*time.Second)
+	r.stop(t)
+
+	// lateness of c1m: c1m, and the rollups built on it, refuse.
+	f.top = f.reparse("c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s,", "c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 5s,")
+	start := time.Now()
+	err := f.runFor(dir, 60*time.Second)
+	if !errors.Is(err, engine.ErrIncompatibleState) {
+		t.Fatalf("start with lateness 2s → 5s: err = %v, want ErrIncompatibleState", err)
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Errorf("refusal took %s", time.Since(start))
+	}
+	for _, want := range []string{
+		"processor c1m: lateness 2s → 5s since its state was written",
+		"processor c5m: from.lateness 2s → 5s since its state was written",
+		"processor c1h: from.from.lateness 2s → 5s since its state was written",
+		"give each processor listed a new name", "undo the edit", "kandle plan -t e2e.yaml",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal lacks %q:\n%v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "processor d5m") {
+		t.Errorf("d5m does not depend on c1m but is refused:\n%v", err)
+	}
+	// Nothing was consumed or written while refusing: the stored fingerprints
+	// are still the original ones, and undoing the edit runs.
+	stored, serr := engine.StoredFingerprints(context.Background(), orig, f.seeds)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	want, _ := orig.Fingerprint("c1m")
+	if len(want.Changes(stored["c1m"])) != 0 || len(stored) != 4 {
+		t.Errorf("stored fingerprints changed by a refused start: %v", stored)
+	}
+
+	// A compatible edit: idle_timeout and max_future of c1m.
+	f.top = f.reparse("lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1m", "lateness: 2s, idle_timeout: 1h, max_future: 2s, output: {topic: c.1m")
+	r = f.start(dir, "a")
+	f.produce(3000, 2, t0.Add(time.Hour), time.Hour)
+	f.waitFor(f.replay(), 90*time.Second)
+	r.stop(t)
+}
+
+// A processor whose state the operator removed (changelog topic and
+// consumer group deleted, as the refusal says) takes the new settings: it
+// has nothing to mix them with. Its local state is dropped too.
+func TestResetProcessorTakesNewSettings(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	f.produce(1000, 1, t0, 20*time.Minute)
+	r := f.start(dir, "a")
+	f.waitFor(f.replay(), 90*time.Second)
+	r.stop(t)
+	f.top = f.reparse("d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 2s,", "d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 3s,")
+	if err := f.runFor(dir, 60*time.Second); !errors.Is(err, engine.ErrIncompatibleState) || !strings.Contains(err.Error(), "processor d5m: lateness 2s → 3s") {
+		t.Fatalf("before the reset: err = %v, want d5m refused", err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	if _, err := adm.DeleteTopic(ctx, "e2e.d5m.changelog"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.DeleteGroup(ctx, f.top.Group+".d5m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.runFor(dir, 3*time.Second); err != nil {
+		t.Fatalf("start after resetting d5m: %v", err)
+	}
+	stored, err := engine.StoredFingerprints(ctx, f.top, f.seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := f.top.Fingerprint("d5m")
+	if ch := want.Changes(stored["d5m"]); len(ch) != 0 {
+		t.Errorf("the reset processor's fingerprint was not replaced: %v", ch)
+	}
+}

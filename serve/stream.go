@@ -1,0 +1,598 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// key names one series.
+type key struct{ symbol, tf string }
+
+// hub holds the process's pub/sub subscriptions (one per series, counted
+// by the clients that want it) and fans updates out to client queues.
+type hub struct {
+	s *Server
+
+	subMu sync.Mutex // serialises changes of the Feed's subscription set
+
+	mu      sync.Mutex
+	subs    map[key]map[*client]struct{}
+	clients map[*client]struct{}
+
+	conns sync.WaitGroup // stream handlers, waited for by Server.Run
+}
+
+func newHub(s *Server) *hub {
+	return &hub{s: s, subs: map[key]map[*client]struct{}{}, clients: map[*client]struct{}{}}
+}
+
+// run delivers the feed's updates until ctx ends.
+func (h *hub) run(ctx context.Context) {
+	if h.s.o.Feed == nil {
+		<-ctx.Done()
+		return
+	}
+	if err := h.s.o.Feed.Run(ctx, h.publish); err != nil && ctx.Err() == nil {
+		h.s.log.Error("live feed stopped", "err", err)
+	}
+}
+
+// publish fans u out to the clients subscribed to its series.
+func (h *hub) publish(u Update) {
+	k := key{u.Candle.Symbol, u.Candle.Timeframe}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.subs[k]
+	if len(set) == 0 {
+		return
+	}
+	b := updateJSON(nil, u) // encoded once, shared (read-only) by every client
+	for c := range set {
+		c.push(k, u, b)
+	}
+}
+
+// subscribe adds c to k's set; the first client makes the Feed subscribe.
+func (h *hub) subscribe(ctx context.Context, c *client, k key) error {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	h.mu.Lock()
+	set, ok := h.subs[k]
+	h.mu.Unlock()
+	if !ok {
+		if h.s.o.Feed != nil {
+			if err := h.s.o.Feed.Subscribe(ctx, k.symbol, k.tf); err != nil {
+				return err
+			}
+		}
+		set = map[*client]struct{}{}
+		h.s.m.channels.Inc()
+	}
+	h.mu.Lock()
+	set[c] = struct{}{}
+	h.subs[k] = set
+	h.mu.Unlock()
+	return nil
+}
+
+// unsubscribe removes c from k's set; the last client ends the Feed's
+// subscription.
+func (h *hub) unsubscribe(ctx context.Context, c *client, k key) {
+	h.subMu.Lock()
+	defer h.subMu.Unlock()
+	h.mu.Lock()
+	set, ok := h.subs[k]
+	if ok {
+		delete(set, c)
+		if len(set) > 0 {
+			ok = false
+		} else {
+			delete(h.subs, k)
+		}
+	}
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	h.s.m.channels.Dec()
+	if h.s.o.Feed != nil {
+		if err := h.s.o.Feed.Unsubscribe(ctx, k.symbol, k.tf); err != nil {
+			h.s.log.Warn("live feed unsubscribe failed", "symbol", k.symbol, "timeframe", k.tf, "err", err)
+		}
+	}
+}
+
+// channels returns how many series the process is subscribed to.
+func (h *hub) channels() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// closeAll disconnects every client (server shutdown).
+func (h *hub) closeAll() {
+	h.mu.Lock()
+	cs := make([]*client, 0, len(h.clients))
+	for c := range h.clients {
+		cs = append(cs, c)
+	}
+	h.mu.Unlock()
+	for _, c := range cs {
+		c.kill(websocket.StatusGoingAway, "server shutting down; reconnect to another instance", "shutdown")
+	}
+}
+
+// mark is the newest state a client was given of one series.
+type mark struct {
+	open   int64
+	trades int64
+	final  bool
+}
+
+// newer reports whether u may follow m: a later window, or the same window
+// with at least as many trades and not after its final.
+func (m mark) newer(u Update) bool {
+	c := u.Candle
+	switch {
+	case c.OpenTime != m.open:
+		return c.OpenTime > m.open
+	case m.final:
+		return false
+	case u.Final:
+		return true
+	}
+	return c.Trades >= m.trades
+}
+
+// entry is one queued message: a candle update (coalesced by window) or a
+// reply.
+type entry struct {
+	k     key
+	open  int64
+	u     Update
+	msg   []byte // u encoded, when the hub encoded it; nil: the writer does
+	reply []byte
+}
+
+// client is one WebSocket connection: a bounded queue of entries in which
+// updates of the same window are coalesced, and the marks that keep its
+// updates moving forward.
+type client struct {
+	h      *hub
+	conn   *websocket.Conn
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	q       []entry
+	pending map[[2]any]int // (key, open_time) → index in q
+	marks   map[key]mark
+	subs    map[key]bool
+	dead    bool
+	code    websocket.StatusCode // why the server ends the connection
+	reason  string
+	wake    chan struct{}
+}
+
+// push queues u (msg: its encoding, or nil) unless it would go back in
+// time; it never blocks. A full queue disconnects the client.
+func (c *client) push(k key, u Update, msg []byte) {
+	c.mu.Lock()
+	if c.dead || !c.subs[k] {
+		c.mu.Unlock()
+		return
+	}
+	if m, ok := c.marks[k]; ok && !m.newer(u) {
+		c.mu.Unlock()
+		return
+	}
+	c.marks[k] = mark{u.Candle.OpenTime, u.Candle.Trades, u.Final}
+	pk := [2]any{k, u.Candle.OpenTime}
+	if i, ok := c.pending[pk]; ok {
+		c.q[i].u, c.q[i].msg = u, msg
+		c.mu.Unlock()
+		c.h.s.m.coalesced.Inc()
+		return
+	}
+	if len(c.q) >= c.h.s.o.Config.ClientQueue {
+		c.mu.Unlock()
+		c.kill(websocket.StatusTryAgainLater, fmt.Sprintf("slow consumer: more than %d updates queued; reconnect and backfill from /v1/candles", c.h.s.o.Config.ClientQueue), "slow")
+		return
+	}
+	c.pending[pk] = len(c.q)
+	c.q = append(c.q, entry{k: k, open: u.Candle.OpenTime, u: u, msg: msg})
+	c.mu.Unlock()
+	c.notify()
+}
+
+// reply queues a response to a client request.
+func (c *client) reply(b []byte) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	if len(c.q) >= c.h.s.o.Config.ClientQueue {
+		c.mu.Unlock()
+		c.kill(websocket.StatusTryAgainLater, "slow consumer: replies not read", "slow")
+		return
+	}
+	c.q = append(c.q, entry{reply: b})
+	c.mu.Unlock()
+	c.notify()
+}
+
+func (c *client) notify() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// kill marks the client for disconnection with a status and reason (once)
+// and wakes its writer, which closes the connection. It never blocks, so
+// the hub may call it while fanning out.
+func (c *client) kill(code websocket.StatusCode, reason, metric string) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.dead, c.code, c.reason = true, code, reason
+	c.mu.Unlock()
+	c.h.s.m.dropped.WithLabelValues(metric).Inc()
+	c.h.s.log.Info("stream client disconnected", "reason", reason)
+	c.notify()
+}
+
+// killed returns the close status and reason once kill was called.
+func (c *client) killed() (websocket.StatusCode, string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.code, c.reason, c.reason != ""
+}
+
+// close sends a close frame with the reason and ends the connection. A
+// client that does not answer the close handshake (it stopped reading)
+// is cut off after a second.
+func (c *client) close(code websocket.StatusCode, reason string) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.conn.Close(code, reason)
+	}()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		c.conn.CloseNow()
+		<-done
+	}
+	c.cancel()
+}
+
+// take returns the queued entries and empties the queue.
+func (c *client) take() []entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.q
+	c.q = make([]entry, 0, min(len(q), 64))
+	clear(c.pending)
+	return q
+}
+
+// writer sends queued entries until ctx ends.
+func (c *client) writer(ctx context.Context) {
+	var buf []byte
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.wake:
+		}
+		if code, reason, ok := c.killed(); ok {
+			c.close(code, reason)
+			return
+		}
+		for _, e := range c.take() {
+			msg := e.reply
+			if msg == nil {
+				msg = e.msg
+			}
+			if msg == nil {
+				buf = updateJSON(buf[:0], e.u)
+				msg = buf
+			}
+			wctx, cancel := context.WithTimeout(ctx, c.h.s.o.Config.WriteWait)
+			err := c.conn.Write(wctx, websocket.MessageText, msg)
+			cancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					c.kill(websocket.StatusTryAgainLater, "write timed out: the client reads too slowly", "write")
+					c.close(websocket.StatusTryAgainLater, "write timed out: the client reads too slowly")
+				}
+				return
+			}
+			if e.reply == nil {
+				c.h.s.m.delivered.Inc()
+			}
+		}
+	}
+}
+
+// updateJSON is a stream message: the candle in the output topics' shape
+// plus "final" (the same JSON the live store publishes).
+func updateJSON(b []byte, u Update) []byte {
+	b = u.Candle.AppendJSON(b)
+	b = b[:len(b)-1]
+	if u.Final {
+		return append(b, `,"final":true}`...)
+	}
+	return append(b, `,"final":false}`...)
+}
+
+// pinger pings every ping_interval; a missing pong disconnects.
+func (c *client) pinger(ctx context.Context) {
+	every := c.h.s.o.Config.PingInterval
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := c.conn.Ping(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				c.kill(websocket.StatusPolicyViolation, "no pong within ping_interval", "ping")
+			}
+			return
+		}
+	}
+}
+
+// request is a client message: {"id":1,"method":"SUBSCRIBE",
+// "params":[{"symbol":"BTC/USDT","timeframe":"1m"}]}.
+type request struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params []struct {
+		Symbol    string `json:"symbol"`
+		Timeframe string `json:"timeframe"`
+	} `json:"params"`
+}
+
+// handleStream is GET /v1/stream.
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r, true) {
+		writeError(w, http.StatusUnauthorized, "missing or wrong token: send Authorization: Bearer <token> or ?token=")
+		return
+	}
+	if s.o.Feed == nil {
+		writeError(w, http.StatusNotFound, "no live stream: the topology's serve section names no live store (serve.live)")
+		return
+	}
+	opts := &websocket.AcceptOptions{}
+	for _, o := range s.o.Config.CORSOrigins {
+		if o == "*" {
+			opts.InsecureSkipVerify = true // any origin
+		} else if u, err := url.Parse(o); err == nil {
+			opts.OriginPatterns = append(opts.OriginPatterns, u.Host)
+		}
+	}
+	// The server's read and write timeouts are for API requests; a stream
+	// lives on, watched by pings and write_wait instead.
+	rc := http.NewResponseController(w)
+	if err := errors.Join(rc.SetReadDeadline(time.Time{}), rc.SetWriteDeadline(time.Time{})); err != nil {
+		s.log.Warn("stream: cannot clear the connection deadlines", "err", err)
+	}
+	conn, err := websocket.Accept(w, r, opts)
+	if err != nil {
+		return // Accept wrote the error
+	}
+	s.hub.conns.Add(1)
+	defer s.hub.conns.Done()
+	conn.SetReadLimit(s.o.Config.MaxMessageBytes)
+	ctx, cancel := context.WithCancel(r.Context())
+	c := &client{h: s.hub, conn: conn, cancel: cancel, pending: map[[2]any]int{}, marks: map[key]mark{},
+		subs: map[key]bool{}, wake: make(chan struct{}, 1)}
+	s.hub.mu.Lock()
+	s.hub.clients[c] = struct{}{}
+	s.hub.mu.Unlock()
+	s.m.clients.Inc()
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		c.mu.Lock()
+		c.dead = true
+		if c.reason == "" {
+			c.reason = "closed"
+		}
+		keys := make([]key, 0, len(c.subs))
+		for k := range c.subs {
+			keys = append(keys, k)
+		}
+		c.mu.Unlock()
+		uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for _, k := range keys {
+			s.hub.unsubscribe(uctx, c, k)
+		}
+		ucancel()
+		s.hub.mu.Lock()
+		delete(s.hub.clients, c)
+		s.hub.mu.Unlock()
+		s.m.clients.Dec()
+		conn.CloseNow()
+	}()
+	wg.Go(func() { c.writer(ctx) })
+	wg.Go(func() { c.pinger(ctx) })
+	for {
+		typ, data, err := conn.Read(ctx)
+		if err != nil {
+			if errors.As(err, new(websocket.CloseError)) || ctx.Err() != nil {
+				return
+			}
+			if websocket.CloseStatus(err) == -1 {
+				s.m.dropped.WithLabelValues("protocol").Inc()
+			}
+			return
+		}
+		if typ != websocket.MessageText {
+			c.reply(errorReply(nil, 400, "send JSON text messages"))
+			continue
+		}
+		s.handleRequest(ctx, c, data)
+	}
+}
+
+func errorReply(id json.RawMessage, code int, msg string) []byte {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(struct {
+		ID    json.RawMessage `json:"id"`
+		Error struct {
+			Code int    `json:"code"`
+			Msg  string `json:"msg"`
+		} `json:"error"`
+	}{ID: id, Error: struct {
+		Code int    `json:"code"`
+		Msg  string `json:"msg"`
+	}{code, msg}})
+	return b
+}
+
+func resultReply(id json.RawMessage, result any) []byte {
+	if len(id) == 0 {
+		id = json.RawMessage("null")
+	}
+	b, _ := json.Marshal(struct {
+		ID     json.RawMessage `json:"id"`
+		Result any             `json:"result"`
+	}{id, result})
+	return b
+}
+
+// handleRequest answers SUBSCRIBE, UNSUBSCRIBE and LIST_SUBSCRIPTIONS.
+func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
+	var req request
+	if err := json.Unmarshal(data, &req); err != nil {
+		c.reply(errorReply(nil, 400, `not a request; send {"id":1,"method":"SUBSCRIBE","params":[{"symbol":"BTC/USDT","timeframe":"1m"}]}`))
+		return
+	}
+	if len(req.ID) > 64 {
+		c.reply(errorReply(nil, 400, "id: too long; use a number or a short string"))
+		return
+	}
+	switch req.Method {
+	case "SUBSCRIBE", "UNSUBSCRIBE":
+	case "LIST_SUBSCRIPTIONS":
+		c.mu.Lock()
+		list := make([]map[string]string, 0, len(c.subs))
+		for k := range c.subs {
+			list = append(list, map[string]string{"symbol": k.symbol, "timeframe": k.tf})
+		}
+		c.mu.Unlock()
+		c.reply(resultReply(req.ID, list))
+		return
+	default:
+		c.reply(errorReply(req.ID, 400, fmt.Sprintf("method %q; use SUBSCRIBE, UNSUBSCRIBE or LIST_SUBSCRIPTIONS", req.Method)))
+		return
+	}
+	if len(req.Params) == 0 {
+		c.reply(errorReply(req.ID, 400, `params: list the series, e.g. [{"symbol":"BTC/USDT","timeframe":"1m"}]`))
+		return
+	}
+	keys := make([]key, 0, len(req.Params))
+	for i, p := range req.Params {
+		rctx, cancel := context.WithTimeout(ctx, s.o.Config.StoreTimeout)
+		_, err := s.series(rctx, p.Symbol, p.Timeframe)
+		cancel()
+		if err != nil {
+			code := 400
+			var ae *apiError
+			if errors.As(err, &ae) {
+				code = ae.status
+			}
+			c.reply(errorReply(req.ID, code, "params["+strconv.Itoa(i)+"]: "+err.Error()))
+			return
+		}
+		keys = append(keys, key{p.Symbol, p.Timeframe})
+	}
+	if req.Method == "UNSUBSCRIBE" {
+		for _, k := range keys {
+			c.mu.Lock()
+			had := c.subs[k]
+			delete(c.subs, k)
+			delete(c.marks, k)
+			c.mu.Unlock()
+			if had {
+				s.hub.unsubscribe(ctx, c, k)
+			}
+		}
+		c.reply(resultReply(req.ID, nil))
+		return
+	}
+	c.mu.Lock()
+	n := len(c.subs)
+	for _, k := range keys {
+		if !c.subs[k] {
+			n++
+		}
+	}
+	c.mu.Unlock()
+	if n > s.o.Config.MaxSubscriptions {
+		c.reply(errorReply(req.ID, 400, fmt.Sprintf("too many subscriptions: at most %d per connection (max_subscriptions); unsubscribe some or open another connection", s.o.Config.MaxSubscriptions)))
+		return
+	}
+	var fresh []key
+	for _, k := range keys {
+		c.mu.Lock()
+		had := c.subs[k]
+		c.subs[k] = true
+		c.mu.Unlock()
+		if had {
+			continue
+		}
+		if err := s.hub.subscribe(ctx, c, k); err != nil {
+			c.mu.Lock()
+			delete(c.subs, k)
+			c.mu.Unlock()
+			s.log.Warn("live feed subscribe failed", "symbol", k.symbol, "timeframe", k.tf, "err", err)
+			c.reply(errorReply(req.ID, 503, "the live store did not take the subscription; retry shortly"))
+			return
+		}
+		fresh = append(fresh, k)
+	}
+	c.reply(resultReply(req.ID, nil))
+	// The snapshot of the open candle comes after the subscription exists,
+	// so no update between the two is missed; marks drop whichever of the
+	// two is older.
+	if s.o.Live != nil {
+		for _, k := range fresh {
+			rctx, cancel := context.WithTimeout(ctx, s.o.Config.StoreTimeout)
+			cd, ok, err := s.o.Live.OpenCandle(rctx, k.symbol, k.tf)
+			cancel()
+			if err != nil {
+				s.log.Warn("open candle snapshot failed", "symbol", k.symbol, "timeframe", k.tf, "err", err)
+				continue
+			}
+			if ok {
+				c.push(k, Update{Candle: cd}, nil)
+			}
+		}
+	}
+}

@@ -1,0 +1,181 @@
+// kandle chart page: history from /v1/candles (older pages load as you
+// scroll left), live updates from /v1/stream. A token for a server with
+// auth goes in the URL fragment: /#token=SECRET.
+(function () {
+  "use strict";
+  const token = new URLSearchParams(location.hash.slice(1)).get("token") || "";
+  const params = new URLSearchParams(location.search);
+  const $ = (id) => document.getElementById(id);
+  const status = (text, cls) => { $("status").textContent = text; $("status").className = cls || ""; };
+  const state = { symbol: "", timeframe: "", bars: [], cursor: "", loadingOlder: false, ws: null, gen: 0, updates: 0 };
+  // Exposed for tests and the curious: what the chart currently shows.
+  window.kandle = { ready: false, bars: 0, updates: 0, last: null, first: null, gaps: 0, error: "" };
+
+  async function api(path) {
+    const r = await fetch(path, { headers: token ? { Authorization: "Bearer " + token } : {} });
+    const body = await r.json();
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    return body;
+  }
+
+  const GAP = "#787b86";
+  function toBar(c) {
+    const b = { time: c.open_time / 1000, open: +c.open, high: +c.high, low: +c.low, close: +c.close };
+    if (c.gap) { b.color = GAP; b.wickColor = GAP; b.borderColor = GAP; } // flat and grey
+    return b;
+  }
+
+  const chart = LightweightCharts.createChart($("chart"), {
+    autoSize: true,
+    layout: { background: { color: "#131722" }, textColor: "#d1d4dc" },
+    grid: { vertLines: { color: "#1e222d" }, horzLines: { color: "#1e222d" } },
+    timeScale: { timeVisible: true, secondsVisible: false, borderColor: "#2a2e39" },
+    rightPriceScale: { borderColor: "#2a2e39" },
+  });
+  const series = chart.addSeries(LightweightCharts.CandlestickSeries, {
+    upColor: "#26a69a", downColor: "#ef5350", borderVisible: false, wickUpColor: "#26a69a", wickDownColor: "#ef5350",
+  });
+
+  function publish() {
+    const bars = state.bars;
+    Object.assign(window.kandle, {
+      ready: true, symbol: state.symbol, timeframe: state.timeframe, bars: bars.length, updates: state.updates,
+      first: bars[0] || null, last: bars[bars.length - 1] || null, gaps: bars.filter((b) => b.color === GAP).length,
+    });
+    const l = bars[bars.length - 1];
+    $("legend").textContent = l ? `O ${l.open} H ${l.high} L ${l.low} C ${l.close}` : "no candles yet";
+  }
+
+  function precisionOf(bars) {
+    const p = bars.length ? bars[bars.length - 1].close : 1;
+    const digits = p >= 1000 ? 2 : p >= 1 ? 4 : 8;
+    series.applyOptions({ priceFormat: { type: "price", precision: digits, minMove: Math.pow(10, -digits) } });
+  }
+
+  function query() {
+    return "symbol=" + encodeURIComponent(state.symbol) + "&timeframe=" + encodeURIComponent(state.timeframe);
+  }
+
+  // show loads the newest page of the chosen series and (re)subscribes.
+  async function show() {
+    const gen = ++state.gen;
+    status("loading…");
+    try {
+      const res = await api("/v1/candles?" + query() + "&limit=1000&order=desc");
+      if (gen !== state.gen) return;
+      state.bars = res.candles.reverse().map(toBar);
+      state.cursor = res.next_cursor || "";
+      precisionOf(state.bars);
+      series.setData(state.bars);
+      if (state.bars.length < 200) chart.timeScale().fitContent();
+      chart.timeScale().applyOptions({ secondsVisible: state.timeframe.endsWith("s") });
+      publish();
+      subscribe();
+    } catch (e) {
+      window.kandle.error = String(e.message || e);
+      status(window.kandle.error, "error");
+    }
+  }
+
+  // older loads the page before the first bar when the user scrolls left.
+  async function older() {
+    if (!state.cursor || state.loadingOlder) return;
+    state.loadingOlder = true;
+    const gen = state.gen;
+    try {
+      const res = await api("/v1/candles?cursor=" + encodeURIComponent(state.cursor) + "&limit=1000");
+      if (gen !== state.gen) return;
+      const more = res.candles.reverse().map(toBar).filter((b) => !state.bars.length || b.time < state.bars[0].time);
+      state.cursor = res.next_cursor || "";
+      if (more.length) {
+        state.bars = more.concat(state.bars);
+        series.setData(state.bars);
+        publish();
+      }
+    } catch (e) {
+      status(String(e.message || e), "error");
+    } finally {
+      state.loadingOlder = false;
+    }
+  }
+  chart.timeScale().subscribeVisibleLogicalRangeChange((r) => { if (r && r.from < 20) older(); });
+
+  // update applies a stream message; bars never go back in time.
+  function update(m) {
+    if (m.symbol !== state.symbol || m.timeframe !== state.timeframe) return;
+    const b = toBar(m);
+    const last = state.bars[state.bars.length - 1];
+    if (last && b.time < last.time) return;
+    if (last && b.time === last.time) state.bars[state.bars.length - 1] = b; else state.bars.push(b);
+    series.update(b);
+    state.updates++;
+    publish();
+  }
+
+  // subscribe opens the stream (once) and subscribes to the shown series.
+  // After a disconnect it reconnects and reloads the newest page: the API
+  // gives the history, the stream what follows.
+  let nextID = 1, subscribed = null;
+  function subscribe() {
+    const ws = state.ws;
+    if (ws && ws.readyState === WebSocket.OPEN) {
+      if (subscribed) ws.send(JSON.stringify({ id: nextID++, method: "UNSUBSCRIBE", params: [subscribed] }));
+      subscribed = { symbol: state.symbol, timeframe: state.timeframe };
+      ws.send(JSON.stringify({ id: nextID++, method: "SUBSCRIBE", params: [subscribed] }));
+      return;
+    }
+    if (ws && ws.readyState === WebSocket.CONNECTING) return;
+    const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/v1/stream" +
+      (token ? "?token=" + encodeURIComponent(token) : "");
+    const s = new WebSocket(url);
+    state.ws = s;
+    subscribed = null;
+    s.onopen = () => { status("live", "live"); subscribe(); };
+    s.onmessage = (ev) => {
+      const m = JSON.parse(ev.data);
+      if (m.error) { status(m.error.msg, "error"); return; }
+      if (m.symbol) update(m);
+    };
+    s.onclose = (ev) => {
+      if (state.ws !== s) return;
+      state.ws = null;
+      status("reconnecting… (" + (ev.reason || ev.code) + ")", "error");
+      setTimeout(show, 1000);
+    };
+  }
+
+  function fill(sel, items, want) {
+    sel.innerHTML = "";
+    for (const it of items) {
+      const o = document.createElement("option");
+      o.value = o.textContent = it;
+      sel.appendChild(o);
+    }
+    if (want && items.includes(want)) sel.value = want;
+  }
+
+  async function start() {
+    try {
+      const [tfs, syms] = await Promise.all([api("/v1/timeframes"), api("/v1/symbols")]);
+      fill($("timeframe"), tfs.timeframes, params.get("timeframe") || "1m");
+      fill($("symbol"), syms.symbols, params.get("symbol"));
+      if (params.get("symbol") && !syms.symbols.includes(params.get("symbol"))) {
+        fill($("symbol"), [params.get("symbol")].concat(syms.symbols), params.get("symbol"));
+      }
+      if (!$("symbol").value) { status("no symbols yet: produce some trades, then reload", "error"); window.kandle.ready = true; return; }
+      const pick = () => {
+        state.symbol = $("symbol").value;
+        state.timeframe = $("timeframe").value;
+        history.replaceState(null, "", "?" + query() + location.hash);
+        show();
+      };
+      $("symbol").onchange = pick;
+      $("timeframe").onchange = pick;
+      pick();
+    } catch (e) {
+      window.kandle.error = String(e.message || e);
+      status(window.kandle.error, "error");
+    }
+  }
+  start();
+})();

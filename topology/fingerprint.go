@@ -1,0 +1,204 @@
+package topology
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+)
+
+// A Fingerprint lists what the meaning of a processor's state depends on:
+// the settings under which its windows, watermarks, dedupe ids and gap-fill
+// runs were built. State written under one fingerprint must never be carried
+// on under another, or the candles of one run would mix two definitions.
+//
+// For a candles processor that is its input (source kind and topic or
+// stream), the record fields it decodes, its timeframe (and zone, for day,
+// week and month windows), lateness, max_idle, dedupe and gap_fill. For a
+// rollup it is its timeframe (and zone), its input topic and, under
+// "from.", the whole fingerprint of the processor it reads: a rollup's state
+// is only as valid as the candles it was built from.
+//
+// Everything else is compatible: idle_timeout and max_future (they decide
+// when a live partition moves on, not what a window holds), the output
+// topic, the symbols whitelist, max_record_bytes, key_check, sinks and
+// commit settings.
+// Changing them takes effect from the next record; the state stays valid.
+type Fingerprint struct {
+	Processor string
+	Fields    []FingerprintField
+}
+
+// FingerprintField is one setting of a Fingerprint, in canonical form (so
+// 60s and 1m, or 120s and 2m0s, are the same).
+type FingerprintField struct {
+	Name, Value string
+}
+
+// FieldChange is one setting that differs between two fingerprints.
+type FieldChange struct {
+	Name, Old, New string
+}
+
+// String is "timeframe 5m → 3m" ("(none)" for a setting one side lacks).
+func (c FieldChange) String() string {
+	o, n := c.Old, c.New
+	if o == "" {
+		o = "(none)"
+	}
+	if n == "" {
+		n = "(none)"
+	}
+	return c.Name + " " + o + " → " + n
+}
+
+const fingerprintVersion = 1
+
+type fingerprintJSON struct {
+	V         int         `json:"v"`
+	Processor string      `json:"processor"`
+	Fields    [][2]string `json:"fields"`
+}
+
+// Encode returns the fingerprint as stored next to the state (JSON).
+func (f Fingerprint) Encode() []byte {
+	j := fingerprintJSON{V: fingerprintVersion, Processor: f.Processor, Fields: make([][2]string, len(f.Fields))}
+	for i, fl := range f.Fields {
+		j.Fields[i] = [2]string{fl.Name, fl.Value}
+	}
+	b, _ := json.Marshal(j) // strings only: cannot fail
+	return b
+}
+
+// DecodeFingerprint reads what Encode wrote.
+func DecodeFingerprint(b []byte) (Fingerprint, error) {
+	var j fingerprintJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return Fingerprint{}, fmt.Errorf("fingerprint: %w", err)
+	}
+	if j.V != fingerprintVersion {
+		return Fingerprint{}, fmt.Errorf("fingerprint: version %d is not known to this kandle (it reads %d); upgrade kandle", j.V, fingerprintVersion)
+	}
+	f := Fingerprint{Processor: j.Processor}
+	for _, fl := range j.Fields {
+		f.Fields = append(f.Fields, FingerprintField{Name: fl[0], Value: fl[1]})
+	}
+	return f, nil
+}
+
+// Changes lists the settings that differ from old to f, in f's order and
+// then the settings only old has. None means the state of old is valid
+// under f.
+func (f Fingerprint) Changes(old Fingerprint) []FieldChange {
+	was := map[string]string{}
+	for _, fl := range old.Fields {
+		was[fl.Name] = fl.Value
+	}
+	var out []FieldChange
+	seen := map[string]bool{}
+	for _, fl := range f.Fields {
+		seen[fl.Name] = true
+		if o, ok := was[fl.Name]; !ok || o != fl.Value {
+			out = append(out, FieldChange{Name: fl.Name, Old: o, New: fl.Value})
+		}
+	}
+	for _, fl := range old.Fields {
+		if !seen[fl.Name] {
+			out = append(out, FieldChange{Name: fl.Name, Old: fl.Value})
+		}
+	}
+	return out
+}
+
+// Fingerprint returns the fingerprint of processor name's state.
+func (t *Topology) Fingerprint(name string) (Fingerprint, error) {
+	p := t.Processors[name]
+	if p == nil {
+		return Fingerprint{}, fmt.Errorf("fingerprint: no processor %q", name)
+	}
+	fields, err := t.fingerprintFields(p, "", 0)
+	if err != nil {
+		return Fingerprint{}, fmt.Errorf("fingerprint of processor %s: %w", name, err)
+	}
+	return Fingerprint{Processor: name, Fields: fields}, nil
+}
+
+func (t *Topology) fingerprintFields(p *Processor, prefix string, depth int) ([]FingerprintField, error) {
+	if depth > len(t.Processors) {
+		return nil, fmt.Errorf("rollup chain loops")
+	}
+	tf := t.TimeframeOf(p)
+	if tf.N == 0 {
+		return nil, fmt.Errorf("invalid timeframe %q", p.Timeframe)
+	}
+	var out []FingerprintField
+	add := func(name, value string) { out = append(out, FingerprintField{Name: prefix + name, Value: value}) }
+	add("kind", p.Kind)
+	add("timeframe", canonicalTimeframe(tf))
+	if tf.Unit >= candle.Day {
+		zone := "UTC"
+		if tf.Loc != nil {
+			zone = tf.Loc.String()
+		}
+		add("zone", zone)
+	}
+	if p.Kind == "rollup" {
+		up := t.Processors[p.From]
+		if up == nil {
+			return nil, fmt.Errorf("rolls up unknown processor %q", p.From)
+		}
+		add("input", "kafka topic "+up.Output.Topic)
+		upf, err := t.fingerprintFields(up, prefix+"from.", depth+1)
+		if err != nil {
+			return nil, err
+		}
+		return append(out, upf...), nil
+	}
+	src := t.Sources[p.From]
+	if src == nil {
+		return nil, fmt.Errorf("reads unknown source %q", p.From)
+	}
+	if src.Kind == "kinesis" {
+		add("input", "kinesis stream "+src.Kinesis.Stream)
+	} else {
+		add("input", "kafka topic "+src.Topic)
+	}
+	add("fields.key", src.Fields.Key)
+	add("fields.time", src.Fields.Time)
+	add("fields.price", src.Fields.Price)
+	add("fields.qty", src.Fields.Qty)
+	add("fields.id", src.Fields.ID)
+	add("lateness", canonicalDuration(p.Lateness))
+	add("max_idle", canonicalDuration(p.MaxIdle))
+	add("dedupe", strconv.FormatBool(p.Dedupe))
+	add("gap_fill", strconv.FormatBool(p.GapFill))
+	return out, nil
+}
+
+// canonicalTimeframe writes epoch-aligned second, minute and hour windows in
+// their largest whole unit (60s → 1m, 120m → 2h): the same windows, the
+// same state.
+func canonicalTimeframe(tf candle.Timeframe) string {
+	var secs int
+	switch tf.Unit {
+	case candle.Second:
+		secs = tf.N
+	case candle.Minute:
+		secs = tf.N * 60
+	case candle.Hour:
+		secs = tf.N * 3600
+	default:
+		return tf.String()
+	}
+	switch {
+	case secs%3600 == 0:
+		return strconv.Itoa(secs/3600) + "h"
+	case secs%60 == 0:
+		return strconv.Itoa(secs/60) + "m"
+	}
+	return strconv.Itoa(secs) + "s"
+}
+
+func canonicalDuration(d time.Duration) string { return d.String() }

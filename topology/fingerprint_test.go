@@ -1,0 +1,171 @@
+package topology
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const fpBase = `
+name: fp
+sources:
+  trades: {topic: trades}
+processors:
+  c1m: {kind: candles, from: trades, timeframe: 1m}
+  c5m: {kind: rollup, from: c1m, timeframe: 5m}
+  c1d: {kind: rollup, from: c5m, timeframe: 1d}
+dead_letter: {topic: fp.dlq}
+`
+
+func parseFP(t *testing.T, src string) *Topology {
+	t.Helper()
+	top, err := Parse("fp.yaml", []byte(src), Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top
+}
+
+// changed returns, per processor, the names of the settings whose change
+// makes its old state unusable.
+func changed(t *testing.T, old, cur *Topology) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for name := range cur.Processors {
+		of, err := old.Fingerprint(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nf, err := cur.Fingerprint(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range nf.Changes(of) {
+			out[name] = append(out[name], c.Name)
+		}
+	}
+	return out
+}
+
+// Which edits invalidate which processor's state: the settings that change
+// what a window holds do, for the processor and every rollup built on it;
+// the ones that only change when a live partition moves on, or where
+// candles go, do not.
+func TestFingerprintWhichSettingsMatter(t *testing.T) {
+	base := parseFP(t, fpBase)
+	for _, tc := range []struct {
+		name     string
+		old, new string
+		want     map[string][]string
+	}{
+		{"timeframe", "timeframe: 1m}", "timeframe: 30s}", map[string][]string{
+			"c1m": {"timeframe"}, "c5m": {"from.timeframe"}, "c1d": {"from.from.timeframe"}}},
+		{"same windows written differently", "timeframe: 1m}", "timeframe: 60s}", nil},
+		{"lateness", "timeframe: 1m}", "timeframe: 1m, lateness: 5s}", map[string][]string{
+			"c1m": {"lateness"}, "c5m": {"from.lateness"}, "c1d": {"from.from.lateness"}}},
+		{"max_idle", "timeframe: 1m}", "timeframe: 1m, max_idle: 1h}", map[string][]string{
+			"c1m": {"max_idle"}, "c5m": {"from.max_idle"}, "c1d": {"from.from.max_idle"}}},
+		{"dedupe", "timeframe: 1m}", "timeframe: 1m, dedupe: false}", map[string][]string{
+			"c1m": {"dedupe"}, "c5m": {"from.dedupe"}, "c1d": {"from.from.dedupe"}}},
+		{"gap_fill", "timeframe: 1m}", "timeframe: 1m, gap_fill: false}", map[string][]string{
+			"c1m": {"gap_fill"}, "c5m": {"from.gap_fill"}, "c1d": {"from.from.gap_fill"}}},
+		{"time field", "{topic: trades}", "{topic: trades, fields: {time: T}}", map[string][]string{
+			"c1m": {"fields.time"}, "c5m": {"from.fields.time"}, "c1d": {"from.from.fields.time"}}},
+		{"source topic", "{topic: trades}", "{topic: trades2}", map[string][]string{
+			"c1m": {"input"}, "c5m": {"from.input"}, "c1d": {"from.from.input"}}},
+		{"rollup timeframe", "timeframe: 5m}", "timeframe: 10m}", map[string][]string{
+			"c5m": {"timeframe"}, "c1d": {"from.timeframe"}}},
+		{"zone of a day rollup", "timeframe: 1d}", "timeframe: 1d, zone: Asia/Seoul}", map[string][]string{
+			"c1d": {"zone"}}},
+		{"zone of minute windows", "timeframe: 1m}", "timeframe: 1m, zone: Asia/Seoul}", nil},
+		{"upstream output topic", "timeframe: 1m}", "timeframe: 1m, output: {topic: other}}", map[string][]string{
+			"c5m": {"input"}, "c1d": {"from.input"}}},
+		{"idle_timeout and max_future", "timeframe: 1m}", "timeframe: 1m, idle_timeout: 30s, max_future: 1500ms}", nil},
+		{"whitelist, record size, key check", "{topic: trades}", "{topic: trades, symbols: [BTC], max_record_bytes: 100, key_check: false}", nil},
+		{"leaf output topic", "timeframe: 1d}", "timeframe: 1d, output: {topic: days}}", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(fpBase, tc.old) {
+				t.Fatalf("base topology lacks %q", tc.old)
+			}
+			got := changed(t, base, parseFP(t, strings.Replace(fpBase, tc.old, tc.new, 1)))
+			want := tc.want
+			if want == nil {
+				want = map[string][]string{}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("changed settings = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// Every key of a processor and of its source is either part of the
+// fingerprint or known to be compatible. A new key fails here until someone
+// decides whether it changes the meaning of the state (add it to
+// fingerprintFields) or not (add it to compatible below).
+func TestFingerprintClassifiesEveryKey(t *testing.T) {
+	top := parseFP(t, fpBase)
+	fp, err := top.Fingerprint("c1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFP := map[string]bool{}
+	for _, f := range fp.Fields {
+		inFP[strings.TrimPrefix(f.Name, "fields.")] = true
+	}
+	inFP["zone"] = true  // only for day, week and month windows
+	inFP["from"] = true  // as "input" (source) or the "from." chain (rollup)
+	inFP["topic"] = true // as "input"
+	inFP["stream"] = true
+	compatible := map[string]string{
+		"idle_timeout":      "when a live partition moves on, not what a window holds",
+		"max_future":        "rejects records at the door; accepted ones mean the same",
+		"output":            "where candles go; a rollup reading it sees it as its input",
+		"partitions":        "creation count of the topic only",
+		"symbols":           "rejects keys at the door; kept keys mean the same",
+		"max_record_bytes":  "rejects records at the door",
+		"key_check":         "rejects records at the door (key_mismatch); accepted ones mean the same",
+		"region":            "where the stream is, not what it holds",
+		"endpoint":          "where the stream is",
+		"lease_table":       "Kinesis leases are hints; the changelog is the state",
+		"dynamodb_endpoint": "where the lease table is",
+		"lease_duration":    "lease timing",
+		"poll_interval":     "poll timing",
+		"enhanced_fan_out":  "how records are read, not which",
+	}
+	for _, typ := range []reflect.Type{reflect.TypeFor[Processor](), reflect.TypeFor[Source](), reflect.TypeFor[Fields](), reflect.TypeFor[Kinesis]()} {
+		for f := range typ.Fields() {
+			key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if key == "" || key == "-" || slices.Contains([]string{"fields", "kinesis"}, key) {
+				continue
+			}
+			if !inFP[key] && compatible[key] == "" {
+				t.Errorf("%s.%s (yaml %q) is neither in the state fingerprint nor known to be compatible: classify it in topology/fingerprint.go", typ.Name(), f.Name, key)
+			}
+		}
+	}
+}
+
+func TestFingerprintEncodeDecode(t *testing.T) {
+	top := parseFP(t, strings.Replace(fpBase, "timeframe: 1d}", "timeframe: 1d, zone: Asia/Seoul}", 1))
+	fp, err := top.Fingerprint("c1d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeFingerprint(fp.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, fp) || len(fp.Changes(back)) != 0 {
+		t.Errorf("round trip changed the fingerprint:\n%+v\n%+v", fp, back)
+	}
+	if _, err := DecodeFingerprint([]byte(`{"v":99,"processor":"x"}`)); err == nil || !strings.Contains(err.Error(), "upgrade kandle") {
+		t.Errorf("a newer version decodes without a clear error: %v", err)
+	}
+	c := FieldChange{Name: "timeframe", Old: "5m", New: "3m"}
+	if c.String() != "timeframe 5m → 3m" {
+		t.Errorf("FieldChange.String() = %q", c.String())
+	}
+}
