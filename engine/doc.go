@@ -6,7 +6,8 @@
 //
 // Every processor of the topology is one stage: a consumer group reading the
 // processor's input topic (a source topic, or the output topic of the
-// processor it rolls up) and writing closed candles to its output topic,
+// processor it rolls up) and writing closed candles (a silence processor:
+// its events, keyed by device) to its output topic,
 // rejected records to the dead-letter topic, and its state changes to a
 // compacted changelog topic. Each input partition gets its own processor
 // instance, so keys and watermarks never cross partitions. Sinks are stages
@@ -18,7 +19,8 @@
 // A processor stage is a kgo.GroupTransactSession. Every commit interval it
 // does, in this order:
 //
-//  1. produce the candles and dead letters of the records it processed;
+//  1. produce the candles, events and dead letters of the records it
+//     processed (and of the ticks: idle advance, silence levels coming due);
 //  2. produce each changed state entry to the changelog partition equal to the
 //     input partition, plus an entry holding the next input offset;
 //  3. commit the transaction, which also commits the consumed input offsets

@@ -8,15 +8,8 @@ import (
 	"github.com/kandle/kandle/topology"
 )
 
-// processor is what a stage needs of a candle or rollup processor.
-type processor interface {
-	Process(rec processors.Record, out *processors.Output)
-	Tick(out *processors.Output)
-	ResetIdle() // the partition is behind its input: its quiet time so far does not count
-	Changes(fn func(key, val []byte))
-	Restore(key, val []byte) error
-	Active(fn func(c *candle.Candle))
-}
+// processor is what a stage runs per input partition.
+type processor = processors.Processor
 
 // stageSpec is one processor of the topology, resolved: its topics and how
 // to build its per-partition processor.
@@ -25,12 +18,14 @@ type stageSpec struct {
 	Proc      *topology.Processor
 	Timeframe candle.Timeframe
 	Rollup    bool
+	Kind      topology.ProcessorKind
 	// Input is the source name (candles) or upstream processor name (rollup).
 	Input       string
 	InputTopic  string
 	OutputTopic string
 	OutputParts int
 	decoder     processors.DecoderConfig
+	values      []string         // multi-metric readings: the metric fields
 	from        candle.Timeframe // rollups: the upstream timeframe
 }
 
@@ -39,6 +34,12 @@ type stageSpec struct {
 func (s *stageSpec) newProcessor(live bool, clock processors.Clock) (processor, error) {
 	if s.Rollup {
 		return processors.NewRollup(processors.RollupConfig{From: s.from, To: s.Timeframe})
+	}
+	if s.Kind.Name == "silence" {
+		return s.newSilence(live, clock)
+	}
+	if len(s.values) > 0 {
+		return s.newMultiMetric(live, clock)
 	}
 	dec, err := processors.NewDecoder(s.decoder)
 	if err != nil {
@@ -65,9 +66,13 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 	g := &graph{top: t, byName: map[string]*stageSpec{}}
 	for _, st := range t.Stages() {
 		p := st.Processor
-		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: t.TimeframeOf(p), Rollup: st.Upstream != nil,
+		kind, ok := topology.KindOf(p)
+		if !ok {
+			return nil, fmt.Errorf("processor %s: unknown kind %q (run kandle validate)", st.Name, p.Kind)
+		}
+		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: t.TimeframeOf(p), Rollup: st.Upstream != nil, Kind: kind,
 			Input: st.Input, OutputTopic: p.Output.Topic, OutputParts: max(p.Output.Partitions, 1)}
-		if s.Timeframe.N == 0 {
+		if kind.Timeframe && s.Timeframe.N == 0 {
 			return nil, fmt.Errorf("processor %s: invalid timeframe %q (run kandle validate)", st.Name, p.Timeframe)
 		}
 		if s.Rollup {
@@ -81,7 +86,7 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 				return nil, fmt.Errorf("processor %s: no source named %q (run kandle validate)", st.Name, st.Input)
 			}
 			s.InputTopic = st.Source.Topic
-			s.decoder = decoderConfig(st.Source)
+			s.decoder, s.values = decoderConfig(st.Source), st.Source.Fields.Values
 		}
 		g.byName[st.Name] = s
 		g.stages = append(g.stages, s)

@@ -155,7 +155,7 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 	}
 	sh.out.Reset()
 	sh.proc.Tick(&sh.out)
-	if len(sh.out.Candles) == 0 {
+	if len(sh.out.Candles)+len(sh.out.Events) == 0 {
 		return
 	}
 	cerr := k.commit(ctx, sh, sh.seq)
@@ -266,7 +266,7 @@ func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.B
 	last := sh.seq
 	for _, r := range b.Records {
 		n := len(sh.out.Rejected)
-		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Key: []byte(r.PartitionKey), Value: r.Data}, &sh.out)
+		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Key: []byte(r.PartitionKey), Value: r.Data, Timestamp: arrivalMS(r.Arrival)}, &sh.out)
 		for i := n; i < len(sh.out.Rejected); i++ {
 			sh.out.Rejected[i].Detail += " (kinesis shard " + s.ID + " sequence " + r.Seq + ")"
 		}
@@ -347,6 +347,7 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 			maxOff = r.Offset
 		}
 	}
+	emitEvents(ctx, k.e.m, k.spec, &sh.out, func(ctx context.Context, r *kgo.Record) { cl.Produce(ctx, r, promise) })
 	for i := range sh.out.Candles {
 		c := &sh.out.Candles[i]
 		cl.Produce(ctx, &kgo.Record{Topic: k.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)}, promise)

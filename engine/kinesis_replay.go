@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/connectors/kinesis"
+	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -83,7 +84,7 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 			if stop = !until.IsZero() && !r.Arrival.Before(until); stop {
 				break
 			}
-			if err := p.Feed(srcName, part, ordinal[s.ID], []byte(r.PartitionKey), r.Data); err != nil {
+			if err := p.FeedRecord(srcName, processors.Record{Partition: part, Offset: ordinal[s.ID], Key: []byte(r.PartitionKey), Value: r.Data, Timestamp: arrivalMS(r.Arrival)}); err != nil {
 				return err
 			}
 			ordinal[s.ID]++

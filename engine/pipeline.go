@@ -28,6 +28,9 @@ type Pipeline struct {
 	// OnCandle receives every closed candle of every stage, with the output
 	// topic and partition it belongs to.
 	OnCandle func(stage, topic string, c *candle.Candle, partition int32)
+	// OnEvent receives every event (kind silence) of every stage, with the
+	// output topic and partition it belongs to.
+	OnEvent func(stage, topic string, ev *processors.Event, partition int32)
 	// OnReject receives every rejected record of every stage.
 	OnReject func(stage string, r *processors.Rejection)
 }
@@ -66,9 +69,15 @@ func (p *Pipeline) proc(s *stageSpec, partition int32) (processor, error) {
 // Feed processes one record of source at (partition, offset); key is its
 // record key (Kafka) or partition key (Kinesis).
 func (p *Pipeline) Feed(source string, partition int32, offset int64, key, value []byte) error {
+	return p.FeedRecord(source, processors.Record{Partition: partition, Offset: offset, Key: key, Value: value})
+}
+
+// FeedRecord processes one record of source (with its record Key and its
+// ingestion Timestamp, which silence processors measure silence by).
+func (p *Pipeline) FeedRecord(source string, rec processors.Record) error {
 	for _, s := range p.g.stages {
 		if !s.Rollup && s.Input == source {
-			if err := p.feedStage(s, processors.Record{Partition: partition, Offset: offset, Key: key, Value: value}); err != nil {
+			if err := p.feedStage(s, rec); err != nil {
 				return err
 			}
 		}
@@ -90,6 +99,12 @@ func (p *Pipeline) emit(s *stageSpec, out *processors.Output) error {
 	for i := range out.Rejected {
 		if p.OnReject != nil {
 			p.OnReject(s.Name, &out.Rejected[i])
+		}
+	}
+	for i := range out.Events {
+		ev := &out.Events[i]
+		if p.OnEvent != nil {
+			p.OnEvent(s.Name, s.OutputTopic, ev, p.parts.partition(s.OutputTopic, ev.Key, s.OutputParts))
 		}
 	}
 	down := p.g.downstream(s.Name)

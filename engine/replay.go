@@ -165,6 +165,13 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 			err = o.Out.DeadLetter(stage, r)
 		}
 	}
+	if eo, ok := o.Out.(EventOutput); ok {
+		p.OnEvent = func(stage, topic string, ev *processors.Event, _ int32) {
+			if err == nil {
+				err = eo.Event(stage, topic, ev)
+			}
+		}
+	}
 	warm := o.Warmup
 	if warm == 0 {
 		warm = defaultWarmup(g)
@@ -253,7 +260,8 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 						}
 						continue
 					}
-					if ferr := p.Feed(srcName, r.Partition, r.Offset, r.Key, r.Value); ferr != nil && err == nil {
+					if ferr := p.FeedRecord(srcName, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key,
+						Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}); ferr != nil && err == nil {
 						err = ferr
 					}
 					prog.Records++

@@ -47,7 +47,9 @@ type sinkStage struct {
 	cl           *kgo.Client
 	every        time.Duration
 	candleTopics map[string]bool // output topics this sink reads (the rest are trade sources)
-	closes       []int64         // close times of candles written since the last flush (for the delay histogram)
+	eventTopics  map[string]bool // output topics of event processors (kind silence)
+	events       EventSink
+	closes       []int64 // close times of candles written since the last flush (for the delay histogram)
 }
 
 func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*sinkStage, error) {
@@ -62,6 +64,12 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 	for _, from := range sk.From {
 		if st, ok := e.g.byName[from]; ok {
 			topics = append(topics, st.OutputTopic)
+			if !st.Kind.Candles {
+				if err := s.takeEvents(sk, st); err != nil {
+					return nil, err
+				}
+				continue
+			}
 			s.candleTopics[st.OutputTopic] = true
 			continue
 		}
@@ -112,8 +120,13 @@ func (s *sinkStage) run(ctx context.Context) error {
 		})
 		var candles []candle.Candle
 		var trades []candle.Trade
+		var events [][]byte
 		fs.EachRecord(func(r *kgo.Record) {
 			pending = append(pending, r)
+			if s.eventTopics[r.Topic] {
+				events = append(events, r.Value)
+				return
+			}
 			if s.dec != nil && !s.candleTopics[r.Topic] {
 				var t candle.Trade
 				if _, ok := s.dec.Decode(r.Value, &t); ok {
@@ -130,6 +143,9 @@ func (s *sinkStage) run(ctx context.Context) error {
 			candles = append(candles, c)
 		})
 		if err := s.write(ctx, candles, trades); err != nil {
+			return s.stop(err)
+		}
+		if err := s.writeEvents(ctx, events); err != nil {
 			return s.stop(err)
 		}
 		if len(pending) > 0 && (time.Since(last) >= s.every || ctx.Err() != nil) {

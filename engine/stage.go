@@ -238,7 +238,7 @@ func (s *liveStage) loop(ctx context.Context) error {
 					control = true // a transaction marker: no data, but the position moves past it
 					continue
 				}
-				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value}, &s.out)
+				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &s.out)
 				n++
 			}
 			if n > 0 || control {
@@ -476,12 +476,13 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 
 // emit produces s.out's candles and dead letters in the open transaction.
 func (s *liveStage) emit(ctx context.Context) error {
-	if len(s.out.Candles) == 0 && len(s.out.Rejected) == 0 {
+	if len(s.out.Candles) == 0 && len(s.out.Rejected) == 0 && len(s.out.Events) == 0 {
 		return nil
 	}
 	if err := s.begin(); err != nil {
 		return err
 	}
+	emitEvents(ctx, s.e.m, s.spec, &s.out, s.produce)
 	tf := s.spec.Timeframe.String()
 	for i := range s.out.Candles {
 		c := &s.out.Candles[i]

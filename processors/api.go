@@ -39,6 +39,10 @@ type Record struct {
 	// record's key field (nil never does). Rollups ignore it.
 	Key   []byte
 	Value []byte
+	// Timestamp is the record's ingestion time in Unix ms (the Kafka record
+	// timestamp, the Kinesis approximate arrival time); 0 when unknown. Only
+	// time-driven processors (silence) read it.
+	Timestamp int64
 }
 
 // Rejection is a record that changed no candle, with the reason why. The
@@ -55,6 +59,7 @@ type Rejection struct {
 // Output collects what processing produced. The caller reads and resets it.
 type Output struct {
 	Candles  []candle.Candle // closed candles, each key's in window order
+	Events   []Event         // other outputs (silence alerts), in emission order
 	Rejected []Rejection
 	// Quiet marks, for the rollups built from these candles: deliver them
 	// (Rollup.Quiet) after every candle of the same Output.
@@ -70,9 +75,39 @@ type QuietMark struct {
 	Until int64 // Unix ms, a window boundary of a rollup timeframe
 }
 
+// Event is an output record that is not a candle: a JSON object written to
+// the processor's output topic with Key as the record key, in the same
+// transaction as the candles, state and input offsets.
+type Event struct {
+	Key   string
+	Value []byte // a JSON object; owned by the Output until Reset
+}
+
 // Reset empties o, keeping its capacity.
 func (o *Output) Reset() {
-	o.Candles, o.Rejected, o.Quiet = o.Candles[:0], o.Rejected[:0], o.Quiet[:0]
+	o.Candles, o.Events, o.Rejected, o.Quiet = o.Candles[:0], o.Events[:0], o.Rejected[:0], o.Quiet[:0]
+}
+
+// Processor is what the engine runs for one input partition: a candle
+// aggregator, a rollup or a silence timer processor. It is single-goroutine
+// and deterministic given its input, restored state and Clock.
+type Processor interface {
+	// Process handles one input record, appending what it produced to out.
+	Process(rec Record, out *Output)
+	// Tick lets time-driven work happen without input (live mode). The
+	// engine calls it only while the partition is caught up with its input.
+	Tick(out *Output)
+	// ResetIdle says the partition is behind its input (a backlog, a slow
+	// fetch): time-driven work must not count the quiet time so far.
+	ResetIdle()
+	// Changes reports the state entries changed since the last call (val
+	// nil = deleted); the engine checkpoints them with the input offsets.
+	Changes(fn func(key, val []byte))
+	// Restore loads one checkpointed entry into a fresh processor.
+	Restore(key, val []byte) error
+	// Active calls fn with the open candles changed since the last call
+	// (live charts); processors without candles do nothing.
+	Active(fn func(c *candle.Candle))
 }
 
 // Clock tells the wall time. Processors never read time.Now themselves: live

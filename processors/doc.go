@@ -22,6 +22,12 @@
 // direct aggregation closes them (rollup equals direct also for quiet keys)
 // and frees the key.
 //
+// A Silence processor watches devices instead: it emits an event (not a
+// candle) when a device has sent nothing for a level's delay, measured on
+// the partition's ingestion clock, and a recovered event when it reports
+// again. A MultiMetric reader splits readings with several value fields
+// into one candle series per metric. All of them implement Processor.
+//
 // Everything here is single-goroutine and deterministic: no I/O, no
 // goroutines, no time.Now. Time comes from the records and from an injected
 // Clock (the future guard, and the idle advance in live mode only). That is

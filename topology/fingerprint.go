@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kandle/kandle/candle"
@@ -21,10 +22,13 @@ import (
 // "from.", the whole fingerprint of the processor it reads: a rollup's state
 // is only as valid as the candles it was built from.
 //
+// For a silence processor it is its input, key and time fields and the
+// names of its levels in order (their delays and actions may change).
+//
 // Everything else is compatible: idle_timeout and max_future (they decide
 // when a live partition moves on, not what a window holds), the output
-// topic, the symbols whitelist, max_record_bytes, key_check, sinks and
-// commit settings.
+// topic, the symbols whitelist, max_record_bytes, key_check, a silence
+// processor's carry and retire_field, sinks and commit settings.
 // Changing them takes effect from the next record; the state stays valid.
 type Fingerprint struct {
 	Processor string
@@ -129,13 +133,30 @@ func (t *Topology) fingerprintFields(p *Processor, prefix string, depth int) ([]
 	if depth > len(t.Processors) {
 		return nil, fmt.Errorf("rollup chain loops")
 	}
+	var out []FingerprintField
+	add := func(name, value string) { out = append(out, FingerprintField{Name: prefix + name, Value: value}) }
+	add("kind", p.Kind)
+	if p.Kind == "silence" {
+		src := t.Sources[p.From]
+		if src == nil {
+			return nil, fmt.Errorf("reads unknown source %q", p.From)
+		}
+		add("input", src.inputName())
+		add("fields.key", src.Fields.Key)
+		add("fields.time", src.Fields.Time)
+		// A device remembers how many levels of its silence fired: the
+		// names in order give those counts their meaning (delays may change).
+		names := make([]string, len(p.Levels))
+		for i, l := range p.Levels {
+			names[i] = l.Name
+		}
+		add("levels", strings.Join(names, ","))
+		return out, nil
+	}
 	tf := t.TimeframeOf(p)
 	if tf.N == 0 {
 		return nil, fmt.Errorf("invalid timeframe %q", p.Timeframe)
 	}
-	var out []FingerprintField
-	add := func(name, value string) { out = append(out, FingerprintField{Name: prefix + name, Value: value}) }
-	add("kind", p.Kind)
 	add("timeframe", canonicalTimeframe(tf))
 	if tf.Unit >= candle.Day {
 		zone := "UTC"
@@ -160,14 +181,13 @@ func (t *Topology) fingerprintFields(p *Processor, prefix string, depth int) ([]
 	if src == nil {
 		return nil, fmt.Errorf("reads unknown source %q", p.From)
 	}
-	if src.Kind == "kinesis" {
-		add("input", "kinesis stream "+src.Kinesis.Stream)
-	} else {
-		add("input", "kafka topic "+src.Topic)
-	}
+	add("input", src.inputName())
 	add("fields.key", src.Fields.Key)
 	add("fields.time", src.Fields.Time)
 	add("fields.price", src.Fields.Price)
+	if len(src.Fields.Values) > 0 {
+		add("fields.values", strings.Join(src.Fields.Values, ","))
+	}
 	add("fields.qty", src.Fields.Qty)
 	add("fields.id", src.Fields.ID)
 	add("lateness", canonicalDuration(p.Lateness))
@@ -175,6 +195,14 @@ func (t *Topology) fingerprintFields(p *Processor, prefix string, depth int) ([]
 	add("dedupe", strconv.FormatBool(p.Dedupe))
 	add("gap_fill", strconv.FormatBool(p.GapFill))
 	return out, nil
+}
+
+// inputName says which stream a source reads, for fingerprints.
+func (s *Source) inputName() string {
+	if s.Kind == "kinesis" {
+		return "kinesis stream " + s.Kinesis.Stream
+	}
+	return "kafka topic " + s.Topic
 }
 
 // canonicalTimeframe writes epoch-aligned second, minute and hour windows in

@@ -115,9 +115,10 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 	for _, f := range fp.Fields {
 		inFP[strings.TrimPrefix(f.Name, "fields.")] = true
 	}
-	inFP["zone"] = true  // only for day, week and month windows
-	inFP["from"] = true  // as "input" (source) or the "from." chain (rollup)
-	inFP["topic"] = true // as "input"
+	inFP["zone"] = true   // only for day, week and month windows
+	inFP["from"] = true   // as "input" (source) or the "from." chain (rollup)
+	inFP["topic"] = true  // as "input"
+	inFP["values"] = true // as "fields.values" when a source lists them
 	inFP["stream"] = true
 	compatible := map[string]string{
 		"idle_timeout":      "when a live partition moves on, not what a window holds",
@@ -134,6 +135,9 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 		"lease_duration":    "lease timing",
 		"poll_interval":     "poll timing",
 		"enhanced_fan_out":  "how records are read, not which",
+		"levels":            "silence: in the fingerprint of silence processors (names in order), not of candles",
+		"carry":             "silence: fields copied into events, not state meaning",
+		"retire_field":      "silence: rejects nothing; a retire deletes a device's state",
 	}
 	for _, typ := range []reflect.Type{reflect.TypeFor[Processor](), reflect.TypeFor[Source](), reflect.TypeFor[Fields](), reflect.TypeFor[Kinesis]()} {
 		for f := range typ.Fields() {

@@ -37,7 +37,7 @@ func (t *Topology) Stages() []Stage {
 		}
 		done[name] = true
 		st := Stage{Name: name, Processor: p, Input: p.From}
-		if p.Kind == "rollup" {
+		if k, _ := KindOf(p); k.FromProcessor {
 			st.Upstream = t.Processors[p.From]
 		} else {
 			st.Source = t.Sources[p.From]

@@ -87,11 +87,12 @@ type Source struct {
 // Fields maps record fields to trade fields. Field names may be dotted
 // paths into nested objects ("data.p").
 type Fields struct {
-	Key   string `yaml:"key" default:"symbol" doc:"Field holding the key (symbol or device id)."`
-	Time  string `yaml:"time" default:"ts" doc:"Field holding the event time: epoch milliseconds or an RFC 3339 string."`
-	Price string `yaml:"price" default:"price" doc:"Field holding the price (or reading value): a JSON number or numeric string."`
-	Qty   string `yaml:"qty" default:"qty" doc:"Field holding the quantity. Empty: every record weighs 1 (device readings)."`
-	ID    string `yaml:"id" default:"trade_id" doc:"Field holding the trade id used for dedupe. Empty: no dedupe ids."`
+	Key    string   `yaml:"key" default:"symbol" doc:"Field holding the key (symbol or device id)."`
+	Time   string   `yaml:"time" default:"ts" doc:"Field holding the event time: epoch milliseconds or an RFC 3339 string."`
+	Price  string   `yaml:"price" default:"price" doc:"Field holding the price (or reading value): a JSON number or numeric string."`
+	Qty    string   `yaml:"qty" default:"qty" doc:"Field holding the quantity. Empty: every record weighs 1 (device readings)."`
+	ID     string   `yaml:"id" default:"trade_id" doc:"Field holding the trade id used for dedupe. Empty: no dedupe ids."`
+	Values []string `yaml:"values" doc:"Multi-metric readings: fields each holding one metric (e.g. [temperature, humidity, battery]). Each metric becomes its own series keyed <key>#<metric> with its own candles and rollups; price is then unused. A metric missing from a reading is skipped for that metric only; a non-numeric one is dead-lettered (invalid_price, the metric named)."`
 }
 
 // Kinesis configures a Kinesis stream source or sink.
@@ -109,20 +110,30 @@ type Kinesis struct {
 // Processor turns trades into candles (kind candles) or candles of a lower
 // timeframe into a higher one (kind rollup).
 type Processor struct {
-	Kind        string        `yaml:"kind" required:"true" enum:"candles|rollup" doc:"candles: aggregate trades from a source; rollup: combine closed candles of another processor."`
-	From        string        `yaml:"from" required:"true" doc:"A source name (kind candles) or a processor name (kind rollup)."`
-	Timeframe   string        `yaml:"timeframe" required:"true" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month)."`
-	Zone        string        `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
-	Lateness    time.Duration `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
-	IdleTimeout time.Duration `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
-	MaxFuture   time.Duration `yaml:"max_future" default:"1s" doc:"Records stamped further than this ahead of the clock are rejected (reason future). At most lateness: a record max_future ahead moves the watermark to at most the clock + max_future - lateness, so trades less than lateness - max_future behind the clock are never late. 0 disables."`
-	MaxIdle     time.Duration `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever."`
-	Dedupe      bool          `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
-	GapFill     bool          `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
-	Output      Output        `yaml:"output" doc:"Topic the closed candles are written to. Default: <topology>.<processor>."`
+	Kind        string         `yaml:"kind" required:"true" enum:"candles|rollup|silence" doc:"candles: aggregate trades from a source; rollup: combine closed candles of another processor; silence: emit events when a device (the source's key) sends nothing for the levels' delays."`
+	From        string         `yaml:"from" required:"true" doc:"A source name (kinds candles and silence) or a processor name (kind rollup)."`
+	Timeframe   string         `yaml:"timeframe" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month). Required for kinds candles and rollup."`
+	Zone        string         `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
+	Lateness    time.Duration  `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
+	IdleTimeout time.Duration  `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
+	MaxFuture   time.Duration  `yaml:"max_future" default:"1s" doc:"Records stamped further than this ahead of the clock are rejected (reason future). At most lateness: a record max_future ahead moves the watermark to at most the clock + max_future - lateness, so trades less than lateness - max_future behind the clock are never late. 0 disables."`
+	MaxIdle     time.Duration  `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever."`
+	Dedupe      bool           `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
+	GapFill     bool           `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
+	Output      Output         `yaml:"output" doc:"Topic the closed candles (kind silence: the events) are written to. Default: <topology>.<processor>."`
+	Levels      []SilenceLevel `yaml:"levels" doc:"Kind silence: the levels of a device's silence, each fired once per silence (at least one)."`
+	Carry       []string       `yaml:"carry" doc:"Kind silence: fields of a device's latest reading copied into its events (e.g. owner), named by their last path element."`
+	RetireField string         `yaml:"retire_field" default:"retired" doc:"Kind silence: a reading whose field of this name is true retires the device: its timers and state are deleted, no event is emitted. Empty: devices are never retired."`
 
 	loc *time.Location   // resolved Zone, set by Parse
 	tf  candle.Timeframe // parsed Timeframe with loc, set by Parse
+}
+
+// SilenceLevel is one level of a silence processor.
+type SilenceLevel struct {
+	Name   string        `yaml:"name" required:"true" doc:"Stable id of the level, the event name (e.g. unreachable, alert1). Keep names when editing delays: fired levels are remembered by name order."`
+	After  time.Duration `yaml:"after" required:"true" doc:"Silence length that fires the level, measured from the ingestion of the device's last reading (e.g. 3d, 36h)."`
+	Action string        `yaml:"action" default:"alert" doc:"What the event asks its consumer to do, carried in the event (e.g. status, alert)."`
 }
 
 // Output is a topic kandle writes (created if missing).

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestCryptoDefaults(t *testing.T) {
 	}
 	src := top.Sources["trades"]
 	if src.Kind != "kafka" || src.Topic != "trades" || src.Partitions != 3 || src.MaxRecordBytes != 65536 || !src.KeyCheck ||
-		src.Fields != (Fields{Key: "symbol", Time: "ts", Price: "price", Qty: "qty", ID: "trade_id"}) {
+		!reflect.DeepEqual(src.Fields, Fields{Key: "symbol", Time: "ts", Price: "price", Qty: "qty", ID: "trade_id"}) {
 		t.Fatalf("source: %+v", src)
 	}
 	p := top.Processors["1m"]
@@ -142,7 +143,7 @@ func TestCryptoDefaults(t *testing.T) {
 func TestDevicesDefaults(t *testing.T) {
 	top := mustLoad(t, "testdata/topologies/devices.yaml")
 	f := top.Sources["readings"].Fields
-	if f != (Fields{Key: "deviceId", Time: "timestamp", Price: "value"}) {
+	if !reflect.DeepEqual(f, Fields{Key: "deviceId", Time: "timestamp", Price: "value"}) {
 		t.Fatalf("fields: %+v", f)
 	}
 	if top.DeadLetter.Topic != "devices.dlq" || top.Processors["1h"].Output.Topic != "devices.1h" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,6 +131,11 @@ func (c *checker) sources() {
 		if s.MaxRecordBytes < 1 {
 			c.report(c.at("sources", name, "max_record_bytes"), "%s.max_record_bytes: %d is less than 1", path, s.MaxRecordBytes)
 		}
+		for i, v := range s.Fields.Values {
+			if v == "" || v == s.Fields.Key || v == s.Fields.Time || slices.Contains(s.Fields.Values[:i], v) {
+				c.report(c.at("sources", name, "fields", "values"), "%s.fields.values[%d]: %q must name a metric field other than the key, the time and the other values", path, i, v)
+			}
+		}
 		for _, f := range []struct{ key, val string }{{"key", s.Fields.Key}, {"time", s.Fields.Time}, {"price", s.Fields.Price}} {
 			if f.val == "" {
 				c.report(c.at("sources", name, "fields", f.key), "%s.fields.%s: must name a record field (only qty and id may be empty)", path, f.key)
@@ -159,7 +165,8 @@ func (c *checker) processors() {
 			loc = time.UTC
 		}
 		p.loc = loc
-		if p.Timeframe != "" {
+		kind, known := KindOf(p)
+		if p.Timeframe != "" && (kind.Timeframe || !known) {
 			tf, err := candle.ParseTimeframe(p.Timeframe, loc)
 			if err != nil {
 				c.report(c.at("processors", name, "timeframe"), "%s.timeframe: %v", path, err)
@@ -170,29 +177,43 @@ func (c *checker) processors() {
 		if p.Kind == "candles" && p.MaxFuture > 0 && p.MaxFuture > p.Lateness {
 			c.report(c.at("processors", name, "max_future"), "%s.max_future: %s is more than lateness (%s): one record stamped max_future ahead of the clock would move the watermark past the clock and make on-time trades late; keep max_future at most lateness (defaults: 1s and 2s) or set max_future: 0s to turn the guard off", path, p.MaxFuture, p.Lateness)
 		}
+		if known && kind.Timeframe && p.Timeframe == "" {
+			c.report(c.at("processors", name), "%s: kind %s needs a timeframe (add timeframe: 1m)", path, p.Kind)
+		}
+		if known && !kind.Timeframe && p.Timeframe != "" {
+			c.report(c.at("processors", name, "timeframe"), "%s.timeframe: kind %s has no windows (remove timeframe)", path, p.Kind)
+		}
+		if p.Kind == "silence" {
+			c.silence(name, p)
+		} else if len(p.Levels)+len(p.Carry) > 0 {
+			c.report(c.at("processors", name, "levels"), "%s: levels and carry belong to kind silence, not %s", path, p.Kind)
+		}
 		if p.Output.Partitions < 1 {
 			c.report(c.at("processors", name, "output", "partitions"), "%s.output.partitions: %d is less than 1 (a topic needs at least one partition)", path, p.Output.Partitions)
 		}
-		if p.From == "" {
-			continue // missing: reported by the decoder
+		if p.From == "" || !known {
+			continue // missing or unknown: reported by the decoder
 		}
 		from := c.at("processors", name, "from")
 		_, isSource := t.Sources[p.From]
-		_, isProc := t.Processors[p.From]
-		switch p.Kind {
-		case "candles":
+		up, isProc := t.Processors[p.From]
+		switch {
+		case !kind.FromProcessor:
 			switch {
 			case isSource:
 			case isProc:
-				c.report(from, "%s.from: %q is a processor, but kind candles reads trades from a source (use kind rollup to build from %s's candles)", path, p.From, p.From)
+				c.report(from, "%s.from: %q is a processor, but kind %s reads records from a source (use kind rollup to build from %s's candles)", path, p.From, p.Kind, p.From)
 			default:
 				c.report(from, "%s.from: no source named %q%s", path, p.From, c.suggest(p.From, t.order.sources, "sources"))
 			}
-		case "rollup":
+		default:
 			switch {
 			case isProc:
+				if uk, ok := KindOf(up); ok && !uk.Candles {
+					c.report(from, "%s.from: %q is of kind %s, whose output holds events, not candles", path, p.From, up.Kind)
+				}
 			case isSource:
-				c.report(from, "%s.from: %q is a source, but kind rollup reads another processor's candles (use kind candles to aggregate its trades)", path, p.From)
+				c.report(from, "%s.from: %q is a source, but kind %s reads another processor's candles (use kind candles to aggregate its trades)", path, p.From, p.Kind)
 			default:
 				c.report(from, "%s.from: no processor named %q%s", path, p.From, c.suggest(p.From, t.order.processors, "processors"))
 			}
@@ -200,6 +221,36 @@ func (c *checker) processors() {
 	}
 	if dl := t.DeadLetter; dl.Partitions < 1 {
 		c.report(c.at("dead_letter", "partitions"), "dead_letter.partitions: %d is less than 1 (a topic needs at least one partition)", dl.Partitions)
+	}
+}
+
+// silence checks the levels of a silence processor.
+func (c *checker) silence(name string, p *Processor) {
+	path := "processors." + name
+	if len(p.Levels) == 0 {
+		c.report(c.at("processors", name), "%s: kind silence needs levels, e.g. levels: [{name: unreachable, after: 3d, action: status}]", path)
+	}
+	seen := map[string]bool{}
+	for i, l := range p.Levels {
+		at := spec.Find(c.t.root, "processors", name, "levels")
+		if at != nil && i < len(at.Content) {
+			at = at.Content[i]
+		}
+		switch {
+		case l.Name == "recovered":
+			c.report(at, "%s.levels[%d].name: recovered is the event of a device reporting again; choose another name", path, i)
+		case seen[l.Name] && l.Name != "":
+			c.report(at, "%s.levels[%d].name: %q is listed twice (level names are event ids and must be unique)", path, i, l.Name)
+		case l.After <= 0 && l.Name != "":
+			c.report(at, "%s.levels[%d].after: must be a positive duration (e.g. 3d)", path, i)
+		}
+		seen[l.Name] = true
+	}
+	for i, f := range p.Carry {
+		switch f[strings.LastIndexByte(f, '.')+1:] {
+		case "device", "event", "level", "action", "highest", "last_seen", "last_ingested", "due_at", "fired_at", "recovered_at", "silent_ms":
+			c.report(c.at("processors", name, "carry"), "%s.carry[%d]: %q would overwrite a field of the event; carry another field", path, i, f)
+		}
 	}
 }
 
@@ -216,7 +267,10 @@ func (c *checker) suggest(word string, names []string, what string) string {
 
 // upstream returns the processor a rollup reads, or nil.
 func (t *Topology) upstream(p *Processor) *Processor {
-	if p == nil || p.Kind != "rollup" {
+	if p == nil {
+		return nil
+	}
+	if k, _ := KindOf(p); !k.FromProcessor {
 		return nil
 	}
 	return t.Processors[p.From]

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,6 +33,13 @@ Actions (the access patterns of the seeds):
                                             the write shards ({shard} in pk)
   trades SYMBOL -from T -to T               trade ledger rows of SYMBOL with ts in [from, to), for a pk
                                             bucketed by time like {symbol}#{yyyy}-{mm}-{dd}-{hh}
+  items KEY,KEY,...                         the item of each key (BatchGetItem, 100 keys a request,
+                                            unprocessed keys retried), e.g. the latest reading of many
+                                            devices from a sink with pk "{symbol}" and sk "latest"
+  index NAME VALUE                          the items of a declared GSI whose key is VALUE, e.g. every
+                                            device at one silence level (GSIs are eventually consistent)
+
+-consistent makes latest, range, many, readings and items strongly consistent reads.
 
 Times T are RFC 3339 (2026-01-05T10:00:00Z) or epoch milliseconds. -to defaults to now.`
 
@@ -45,6 +54,7 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	asJSON := fs.Bool("json", false, "print one JSON object per line (candles as on the candle topics) instead of a table")
 	from := fs.String("from", "", "start of the time range, inclusive (range, readings)")
 	to := fs.String("to", "", "end of the time range, exclusive (range, readings; default now)")
+	consistent := fs.Bool("consistent", false, "strongly consistent reads (not on GSIs, which DynamoDB reads eventually consistently)")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long (reads retry while DynamoDB is unreachable or throttling)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -59,7 +69,7 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	}()
 	if len(pos) == 0 {
 		fs.Usage()
-		return fmt.Errorf("name an action: latest, range, many, readings or trades")
+		return fmt.Errorf("name an action: latest, range, many, readings, trades, items or index")
 	}
 	t, err := loadTopology(*top)
 	if err != nil {
@@ -90,6 +100,7 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", name, err)
 	}
+	s.SetConsistentReads(*consistent)
 	bounds := func() (int64, int64, error) {
 		if *from == "" {
 			return 0, 0, fmt.Errorf("%s needs -from (RFC 3339 or epoch ms)", pos[0])
@@ -183,8 +194,36 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 			return err
 		}
 		return writeTradeRows(e.stdout, trades, *asJSON)
+	case "items":
+		if err := want(1, "items KEY,KEY,..."); err != nil {
+			return err
+		}
+		keys := splitList(pos[1])
+		got, err := s.GetItems(ctx, keys, *consistent)
+		if err != nil {
+			return err
+		}
+		var items []map[string]types.AttributeValue
+		for _, k := range keys {
+			if it, ok := got[k]; ok {
+				items = append(items, it)
+			}
+		}
+		return writeItems(e.stdout, items)
+	case "index":
+		if err := want(2, "index NAME VALUE"); err != nil {
+			return err
+		}
+		if *consistent {
+			return errors.New("-consistent: DynamoDB reads global secondary indexes eventually consistently only; drop -consistent")
+		}
+		items, err := s.QueryIndex(ctx, pos[1], pos[2], 0)
+		if err != nil {
+			return err
+		}
+		return writeItems(e.stdout, items)
 	default:
-		return fmt.Errorf("unknown action %q: use latest, range, many, readings or trades (kandle query -h)", pos[0])
+		return fmt.Errorf("unknown action %q: use latest, range, many, readings, trades, items or index (kandle query -h)", pos[0])
 	}
 	return writeCandleRows(e.stdout, candles, *asJSON)
 }
@@ -373,4 +412,41 @@ func ledgerItem(it map[string]types.AttributeValue) (candle.Trade, error) {
 		return t, fmt.Errorf("item qty: %w", err)
 	}
 	return t, nil
+}
+
+// writeItems prints items as JSON objects, one per line: strings as
+// strings, numbers as JSON numbers (their exact text), booleans as booleans.
+func writeItems(w io.Writer, items []map[string]types.AttributeValue) error {
+	for _, it := range items {
+		names := make([]string, 0, len(it))
+		for k := range it {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		b := []byte{'{'}
+		for i, k := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			q, _ := json.Marshal(k)
+			b = append(b, q...)
+			b = append(b, ':')
+			switch v := it[k].(type) {
+			case *types.AttributeValueMemberS:
+				q, _ := json.Marshal(v.Value)
+				b = append(b, q...)
+			case *types.AttributeValueMemberN:
+				b = append(b, v.Value...)
+			case *types.AttributeValueMemberBOOL:
+				b = strconv.AppendBool(b, v.Value)
+			default:
+				b = append(b, "null"...)
+			}
+		}
+		b = append(b, '}', '\n')
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -20,8 +20,8 @@ type Config struct {
 	Region    string    `yaml:"region" default:"us-east-1" doc:"AWS region."`
 	Endpoint  string    `yaml:"endpoint" doc:"Custom endpoint URL (dynalite, DynamoDB Local); empty uses AWS."`
 
-	PK     string `yaml:"pk" default:"{symbol}#{timeframe}" doc:"Partition key template. Placeholders: {symbol} {timeframe} {open_time} {close_time} {ts} {trade_id} {yyyy} {mm} {dd} {hh} {shard}."`
-	SK     string `yaml:"sk" default:"{open_time}" doc:"Sort key template (same placeholders). With table.sk_type N it must render a number: {open_time}, {close_time} or {ts}."`
+	PK     string `yaml:"pk" default:"{symbol}#{timeframe}" doc:"Partition key template. Placeholders: {symbol} {timeframe} {open_time} {close_time} {ts} {trade_id} {yyyy} {mm} {dd} {hh} {shard}; for the events of a silence processor {device} {event} {level} {action} {owner} {field:NAME} (any event field) with {ts} {yyyy}… from fired_at or recovered_at, e.g. DEVICE#{owner}."`
+	SK     string `yaml:"sk" default:"{open_time}" doc:"Sort key template (same placeholders), e.g. {device}#{event} for events, or a constant such as latest (with sk_type S) to keep one item per key current: the latest reading of a device. With table.sk_type N it must render a number: {open_time}, {close_time} or {ts}."`
 	Shards int    `yaml:"shards" default:"0" doc:"Write sharding: {shard} renders hash(sk) % shards as two digits (00-99). 0 disables; pk must contain {shard} when set."`
 
 	TTL            Duration            `yaml:"ttl" doc:"Items expire this long after their event time (candle close_time, trade ts), e.g. 24h or 30d. Needs table.ttl_attribute. Empty: no TTL."`

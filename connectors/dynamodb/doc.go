@@ -28,4 +28,12 @@
 //   - Queries for candle history (Latest, Range, LatestMany) use Query rather
 //     than BatchGetItem, because "latest" has no exact key to ask for;
 //     ReadSharded merges write-sharded partitions back into one ordered stream.
+//     Where the key is exact — one item per device kept current by a constant
+//     sort key such as "latest" — GetItems reads many at once with
+//     BatchGetItem (100 keys a request, UnprocessedKeys retried), strongly
+//     consistent on request; QueryIndex reads a declared GSI (eventually
+//     consistent, as DynamoDB allows).
+//   - Events of silence processors (WriteEvents) become one item per key the
+//     templates render from their fields (DEVICE#{owner} / {device}#{event}):
+//     a later event of the same device and level replaces the earlier one.
 package dynamodb

@@ -209,10 +209,17 @@ func (s *Sink) keyCond(pk string, r *[2]int64) *dynamodb.QueryInput {
 	return in
 }
 
+// SetConsistentReads makes the reads of Latest, Range, LatestMany and
+// ReadSharded strongly consistent (index queries stay eventually consistent).
+func (s *Sink) SetConsistentReads(on bool) { s.consistent.Store(on) }
+
 // query runs in to the end (or to limit items when limit > 0), following
 // LastEvaluatedKey and retrying transient errors.
 func (s *Sink) query(ctx context.Context, in *dynamodb.QueryInput, forward bool, limit int32) ([]map[string]types.AttributeValue, error) {
 	in.ScanIndexForward = aws.Bool(forward)
+	if s.consistent.Load() && in.IndexName == nil {
+		in.ConsistentRead = aws.Bool(true)
+	}
 	if limit > 0 {
 		in.Limit = aws.Int32(limit)
 	}

@@ -75,6 +75,7 @@ type Sink struct {
 	mu          sync.Mutex
 	buf         []pending
 	provisioned atomic.Bool // cleared when the table turns out to be missing
+	consistent  atomic.Bool // SetConsistentReads
 	closed      bool
 }
 
@@ -102,6 +103,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	}
 	if s.pk.uses(phTradeID) || s.sk.uses(phTradeID) {
 		s.candleErr = fmt.Errorf("table %s: the key templates use {trade_id}, which candles do not have; use this sink for trades (WriteTrades) or change pk/sk", cfg.Table.Name)
+	}
+	if s.pk.usesFields() || s.sk.usesFields() {
+		err := fmt.Errorf("table %s: the key templates use event fields ({device} {event} …), which candles and trades do not have; feed this sink a silence processor or change pk/sk", cfg.Table.Name)
+		s.candleErr, s.tradeErr = err, err
 	}
 	if s.pk.uses(phTimeframe) || s.sk.uses(phTimeframe) {
 		s.tradeErr = fmt.Errorf("table %s: the key templates use {timeframe}, which trades do not have; use this sink for candles (Write) or change pk/sk", cfg.Table.Name)

@@ -24,6 +24,7 @@ const (
 	phDD
 	phHH
 	phShard
+	phField // an event field (lit holds its name)
 )
 
 var placeholders = map[string]placeholder{
@@ -60,8 +61,13 @@ func parseTemplate(s string) (template, error) {
 		}
 		name := rest[i+1 : i+j]
 		ph, ok := placeholders[name]
+		if f, isField := eventField(name); isField {
+			t.parts = append(t.parts, part{ph: phField, lit: f})
+			rest = rest[i+j+1:]
+			continue
+		}
 		if !ok {
-			return template{}, fmt.Errorf("template %q: unknown placeholder {%s}; use one of {symbol} {timeframe} {open_time} {close_time} {ts} {trade_id} {yyyy} {mm} {dd} {hh} {shard}", s, name)
+			return template{}, fmt.Errorf("template %q: unknown placeholder {%s}; use one of {symbol} {timeframe} {open_time} {close_time} {ts} {trade_id} {yyyy} {mm} {dd} {hh} {shard}, or for events {device} {event} {level} {action} {owner} {field:NAME}", s, name)
 		}
 		t.parts = append(t.parts, part{ph: ph})
 		rest = rest[i+j+1:]
@@ -115,6 +121,7 @@ type vars struct {
 	symbol, timeframe, tradeID string
 	openTime, closeTime, ts    int64
 	shard                      int
+	fields                     map[string]string // events: their fields as text
 }
 
 func (t template) append(b []byte, v *vars) []byte {
@@ -152,6 +159,8 @@ func (t template) append(b []byte, v *vars) []byte {
 			b = appendPadded(b, utc().Hour(), 2)
 		case phShard:
 			b = appendPadded(b, v.shard, 2)
+		case phField:
+			b = append(b, v.fields[p.lit]...)
 		}
 	}
 	return b

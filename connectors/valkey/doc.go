@@ -15,6 +15,9 @@
 //	candle:active:{tf}:{symbol}  hash  o h l c v q t open_time close_time
 //	active:symbols               set   every symbol that had an active candle
 //	pub:candle:{tf}:{symbol}     channel  candle JSON plus "final":true|false
+//	device:status:{device}       hash  a device's latest silence event: status level action
+//	                                   last_seen due_at fired_at recovered_at event (the JSON)
+//	pub:device:{device}          channel  every silence event of the device (WriteEvents)
 //
 // Final (closed) candles arrive through the engine's CandleSink contract
 // (Write, Flush, Close): they are published with "final":true and written to

@@ -28,6 +28,25 @@
 //	        - {reason: malformed_json, partition: 0, offset: 3}
 //	    expect_exactly: true       # default
 //
+// Silence processors (kind silence) measure time by when records were
+// ingested. A block's `at: <time>` sets the ingestion time of its records
+// (default: each record's event time), and a block written as
+// `- advance: <time>` (no records) moves every silence processor's clock to
+// that time, firing the levels that come due — the test's stand-in for the
+// wall clock. Their expectations list events, comparing the fields given
+// (device, event, level, action, highest, silent_ms, carried fields as
+// text; due_at, fired_at, last_seen, last_ingested and recovered_at as
+// instants in any offset or epoch ms):
+//
+//	input:
+//	  readings:
+//	    - at: "2026-01-01T08:00:00Z"
+//	      records: [{deviceId: d1, timestamp: "2026-01-01T08:00:00Z", value: 1}]
+//	    - advance: "2026-01-04T08:00:00Z"
+//	expect:
+//	  silence:
+//	    - {device: d1, event: unreachable, due_at: "2026-01-04T08:00:00Z"}
+//
 // Records given as YAML mappings are re-encoded as JSON from the YAML text,
 // never through float64: a YAML number 100.5 becomes the JSON number 100.5,
 // a quoted "7" stays a string. Blocks are fed in the order written; write

@@ -35,18 +35,21 @@ type Case struct {
 	feeds     []feed
 	stages    []string // processors checked, in file order
 	candles   map[string][]wantCandle
+	events    map[string][]wantEvent // silence processors
 	dlChecked bool
 	dls       []wantDeadLetter
 	exactly   bool
 }
 
-// feed is one input record.
+// feed is one input record, or (advance > 0) a step of the silence clock.
 type feed struct {
 	source    string
 	partition int32
 	offset    int64
 	key       []byte // the record key (nil: none)
 	value     []byte
+	at        int64 // ingestion time (Unix ms); 0: the record's event time
+	advance   int64
 }
 
 // farFuture is the default clock: the future guard never rejects.
@@ -153,7 +156,7 @@ func (p *parser) suite(root *yaml.Node) (*Suite, error) {
 }
 
 func (p *parser) testCase(n *yaml.Node, s *Suite, now time.Time) (*Case, error) {
-	c := &Case{File: p.file, Line: n.Line, suite: s, now: now, exactly: true, candles: map[string][]wantCandle{}}
+	c := &Case{File: p.file, Line: n.Line, suite: s, now: now, exactly: true, candles: map[string][]wantCandle{}, events: map[string][]wantEvent{}}
 	if n.Kind != yaml.MappingNode {
 		return nil, errAt(n, "a test is a mapping with name:, input: and expect:")
 	}
@@ -233,7 +236,9 @@ func (p *parser) block(c *Case, src, keyField string, n *yaml.Node, next map[int
 	offset := int64(-1)
 	var key []byte
 	explicitKey := false
-	err := eachKey(n, []string{"partition", "offset", "key", "records"}, func(k, v *yaml.Node) error {
+	var at, advance int64
+	err := eachKey(n, []string{"partition", "offset", "key", "records", "at", "advance"}, func(k, v *yaml.Node) error {
+		var err error
 		switch k.Value {
 		case "key":
 			explicitKey = true
@@ -243,6 +248,12 @@ func (p *parser) block(c *Case, src, keyField string, n *yaml.Node, next map[int
 			if v.ShortTag() != "!!null" {
 				key = []byte(v.Value)
 			}
+		case "at":
+			at, err = parseAt(v)
+			return err
+		case "advance":
+			advance, err = parseAt(v)
+			return err
 		case "partition":
 			x, err := wholeNumber(v, 1<<31-1)
 			part = int32(x)
@@ -259,8 +270,15 @@ func (p *parser) block(c *Case, src, keyField string, n *yaml.Node, next map[int
 	if err != nil {
 		return err
 	}
+	if advance > 0 {
+		if records != nil || at > 0 {
+			return errAt(n, "an advance: step has no records and no at: (write it as its own block)")
+		}
+		c.feeds = append(c.feeds, feed{source: src, advance: advance})
+		return nil
+	}
 	if records == nil || records.Kind != yaml.SequenceNode {
-		return errAt(n, "the block has no records: list them under records:")
+		return errAt(n, "the block has no records: list them under records: (or write advance: <time> to let time pass)")
 	}
 	if offset >= 0 {
 		if offset < next[part] {
@@ -277,7 +295,7 @@ func (p *parser) block(c *Case, src, keyField string, n *yaml.Node, next map[int
 		if !explicitKey {
 			k = recordKey(b, keyField)
 		}
-		c.feeds = append(c.feeds, feed{source: src, partition: part, offset: next[part], key: k, value: b})
+		c.feeds = append(c.feeds, feed{source: src, partition: part, offset: next[part], key: k, value: b, at: at})
 		next[part]++
 	}
 	return nil
@@ -313,7 +331,22 @@ func (p *parser) expects(c *Case, n *yaml.Node, s *Suite) error {
 		if _, dup := c.candles[k.Value]; dup {
 			return errAt(k, "processor %q is listed twice", k.Value)
 		}
+		if _, dup := c.events[k.Value]; dup {
+			return errAt(k, "processor %q is listed twice", k.Value)
+		}
 		c.stages = append(c.stages, k.Value)
+		if s.Topology.Processors[k.Value].Kind == "silence" {
+			ws := []wantEvent{}
+			for _, e := range v.Content {
+				w, err := parseWantEvent(deref(e))
+				if err != nil {
+					return err
+				}
+				ws = append(ws, w)
+			}
+			c.events[k.Value] = ws
+			continue
+		}
 		ws := []wantCandle{}
 		for _, e := range v.Content {
 			w, err := parseWantCandle(deref(e))

@@ -61,13 +61,29 @@ func (c *Case) Run() (*Outcome, error) {
 		o.DeadLetters = append(o.DeadLetters, formatDeadLetter(&d))
 		o.log = append(o.log, "dead letter: "+o.DeadLetters[len(o.DeadLetters)-1])
 	}
+	gotEvents := map[string][]gotEvent{}
+	p.OnEvent = func(stage, _ string, ev *processors.Event, part int32) {
+		g := toGotEvent(ev.Value)
+		gotEvents[stage] = append(gotEvents[stage], g)
+		o.log = append(o.log, fmt.Sprintf("event %s p%d: %s", stage, part, g.raw))
+	}
 	for _, f := range c.feeds {
-		if err := p.Feed(f.source, f.partition, f.offset, f.key, f.value); err != nil {
+		if f.advance > 0 {
+			if err := p.AdvanceTo(f.advance); err != nil {
+				return nil, fmt.Errorf("%s:%d: test %q: advance to %s: %w", c.File, c.Line, c.Name, fmtTime(f.advance), err)
+			}
+			continue
+		}
+		if err := p.FeedRecord(f.source, processors.Record{Partition: f.partition, Offset: f.offset, Key: f.key, Value: f.value, Timestamp: f.at}); err != nil {
 			return nil, fmt.Errorf("%s:%d: test %q: feed %s p%d@%d: %w", c.File, c.Line, c.Name, f.source, f.partition, f.offset, err)
 		}
 	}
 	var d diffWriter
 	for _, st := range c.stages {
+		if ws, ok := c.events[st]; ok {
+			d.events(st, ws, gotEvents[st], c.exactly)
+			continue
+		}
 		d.candles(st, c.candles[st], got[st], c.exactly)
 	}
 	if c.dlChecked {

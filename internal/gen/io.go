@@ -13,10 +13,21 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
+// Stream is a record generator: a Generator or a DeviceFleet.
+type Stream interface {
+	Next() (key, value []byte, ok bool)
+}
+
+// Stamped streams say the ingestion time of the record Next returned last
+// (Produce sets it as the Kafka record timestamp).
+type Stamped interface {
+	Stamp() time.Time
+}
+
 // WriteJSONLines writes every record's value to w, one per line, and
 // returns how many it wrote. With an unbounded Config it stops only on a
 // write error.
-func WriteJSONLines(w io.Writer, g *Generator) (int, error) {
+func WriteJSONLines(w io.Writer, g Stream) (int, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	n := 0
 	for {
@@ -41,7 +52,7 @@ func WriteJSONLines(w io.Writer, g *Generator) (int, error) {
 // and flushes at the end. It returns how many records the broker
 // acknowledged and the first error; it stops early on an error or when ctx
 // ends.
-func Produce(ctx context.Context, cl *kgo.Client, topic string, g *Generator, pace time.Duration) (int, error) {
+func Produce(ctx context.Context, cl *kgo.Client, topic string, g Stream, pace time.Duration) (int, error) {
 	var (
 		acked    atomic.Int64
 		mu       sync.Mutex
@@ -90,7 +101,11 @@ func Produce(ctx context.Context, cl *kgo.Client, topic string, g *Generator, pa
 		if !ok {
 			break
 		}
-		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: k, Value: v}, promise)
+		r := &kgo.Record{Topic: topic, Key: k, Value: v}
+		if st, ok := g.(Stamped); ok {
+			r.Timestamp = st.Stamp() // when the record is taken to have been ingested
+		}
+		cl.Produce(ctx, r, promise)
 	}
 	if err := cl.Flush(ctx); err != nil && stopErr == nil {
 		stopErr = fmt.Errorf("gen: flush: %w", err)

@@ -153,6 +153,10 @@ func (d *Decoder) value(node *yaml.Node, path string, v reflect.Value, enum []st
 			d.Report(node, "%s%q is not a boolean (use true or false)", prefix(path), node.Value)
 		}
 	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Struct && !custom(t.Elem()) {
+			d.list(node, path, v)
+			return
+		}
 		if t.Elem().Kind() != reflect.String {
 			d.Report(node, "%sspec: unsupported type %s", prefix(path), t)
 			return
@@ -189,12 +193,9 @@ func (d *Decoder) duration(node *yaml.Node, path string, v reflect.Value) {
 	if !d.scalar(node, path, "a duration") {
 		return
 	}
-	dur, err := time.ParseDuration(node.Value)
+	dur, err := ParseDuration(node.Value)
 	if err != nil {
-		hint := "use e.g. 2s, 500ms, 1m"
-		if strings.HasSuffix(node.Value, "d") {
-			hint = "days are written in hours: 24h, 168h"
-		}
+		hint := "use e.g. 2s, 500ms, 1m, 3d, 1d12h"
 		d.Report(node, "%s%q is not a duration (%s)", prefix(path), node.Value, hint)
 		return
 	}
@@ -203,6 +204,45 @@ func (d *Decoder) duration(node *yaml.Node, path string, v reflect.Value) {
 		return
 	}
 	v.SetInt(int64(dur))
+}
+
+// ParseDuration is time.ParseDuration that also accepts a leading whole
+// number of days: "3d", "1d12h" (a day is 24 hours).
+func ParseDuration(s string) (time.Duration, error) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 || i >= len(s) || s[i] != 'd' {
+		return time.ParseDuration(s)
+	}
+	days, err := strconv.ParseInt(s[:i], 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("time: invalid duration %q", s)
+	}
+	dur := time.Duration(days) * 24 * time.Hour
+	if rest := s[i+1:]; rest != "" {
+		r, err := time.ParseDuration(rest)
+		if err != nil || r < 0 {
+			return 0, fmt.Errorf("time: invalid duration %q", s)
+		}
+		dur += r
+	}
+	return dur, nil
+}
+
+// list decodes a sequence of mappings into a slice of structs, each with
+// its defaults.
+func (d *Decoder) list(node *yaml.Node, path string, v reflect.Value) {
+	if node.Kind != yaml.SequenceNode {
+		d.Report(node, "%sexpected a list, got %s", prefix(path), kindName(node))
+		return
+	}
+	s := reflect.MakeSlice(v.Type(), len(node.Content), len(node.Content))
+	for i, item := range node.Content {
+		d.structs(resolve(item), fmt.Sprintf("%s[%d]", path, i), []reflect.Value{s.Index(i)})
+	}
+	v.Set(s)
 }
 
 func (d *Decoder) strings(node *yaml.Node, path string, v reflect.Value) {

@@ -65,6 +65,8 @@ func nested(t reflect.Type, path string) (reflect.Type, string) {
 		return nested(t.Elem(), path)
 	case t.Kind() == reflect.Map:
 		return nested(t.Elem(), path+".<name>")
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		return nested(t.Elem(), path+"[]")
 	}
 	return nil, ""
 }
@@ -104,6 +106,8 @@ func typeName(t reflect.Type) string {
 		return "map of name → " + typeName(t.Elem())
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.String:
 		return "list of strings"
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		return "list of " + t.Elem().Name()
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
 		return "int"
 	}

@@ -114,7 +114,7 @@ code: low
 	want := []string{
 		`f.yaml:1:1: unknown key "wiat" (did you mean wait?)`,
 		`f.yaml:1:1: missing required key "name" (Name)`,
-		`f.yaml:2:7: wait: "abc" is not a duration (use e.g. 2s, 500ms, 1m)`,
+		`f.yaml:2:7: wait: "abc" is not a duration (use e.g. 2s, 500ms, 1m, 3d, 1d12h)`,
 		`f.yaml:3:8: count: "many" is not a whole number`,
 		`f.yaml:4:7: tags: expected a list of strings, got a mapping`,
 		`f.yaml:6:3: inner: unknown key "prot" (did you mean port?)`,

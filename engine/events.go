@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/topology"
+)
+
+// newSilence builds the silence processor of one input partition from the
+// stage's source fields and levels.
+func (s *stageSpec) newSilence(live bool, clock processors.Clock) (processor, error) {
+	p := s.Proc
+	levels := make([]processors.SilenceLevel, len(p.Levels))
+	for i, l := range p.Levels {
+		levels[i] = processors.SilenceLevel{Name: l.Name, After: l.After, Action: l.Action}
+	}
+	f := s.decoder.Fields
+	return processors.NewSilence(processors.SilenceConfig{
+		Levels: levels, Key: f.Key, Time: f.Time, Carry: p.Carry, Retire: p.RetireField,
+		MaxRecordBytes: s.decoder.MaxRecordBytes, KeyCheck: s.decoder.KeyCheck, IdleTimeout: p.IdleTimeout, Live: live,
+	}, clock)
+}
+
+// emitEvents produces out's events to the stage's output topic, keyed by
+// their key, with produce (which adds them to the open transaction).
+func emitEvents(ctx context.Context, m *metrics, spec *stageSpec, out *processors.Output, produce func(context.Context, *kgo.Record)) {
+	for i := range out.Events {
+		ev := &out.Events[i]
+		produce(ctx, &kgo.Record{Topic: spec.OutputTopic, Key: []byte(ev.Key), Value: ev.Value})
+	}
+	if n := len(out.Events); n > 0 {
+		m.events.WithLabelValues(spec.Name).Add(float64(n))
+	}
+}
+
+// arrivalMS is a Kinesis record's approximate arrival time in Unix ms (0 when unknown).
+func arrivalMS(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// advancer is a processor whose clock can be moved without input (silence).
+type advancer interface {
+	AdvanceTo(t int64, out *processors.Output)
+}
+
+// AdvanceTo moves the ingestion clock of every time-driven processor
+// (kind silence) of every partition to t (Unix ms), emitting what comes due.
+// Pipelines never read the wall clock: topology tests use it to let days
+// pass without input.
+func (p *Pipeline) AdvanceTo(t int64) error {
+	for _, s := range p.g.stages {
+		for _, part := range sortedParts(p.procs[s]) {
+			a, ok := p.procs[s][part].(advancer)
+			if !ok {
+				continue
+			}
+			var out processors.Output
+			a.AdvanceTo(t, &out)
+			if err := p.emit(s, &out); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func sortedParts(m map[int32]processor) []int32 {
+	out := make([]int32, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// EventOutput is implemented by replay outputs that take events (kind
+// silence); a replay to an output without it drops no candles but writes no events.
+type EventOutput interface {
+	Event(stage, topic string, ev *processors.Event) error
+}
+
+// Event produces ev to topic, keyed by its device.
+func (o *TopicOutput) Event(_ string, topic string, ev *processors.Event) error {
+	o.cl.Produce(context.Background(), &kgo.Record{Topic: topic, Key: []byte(ev.Key), Value: ev.Value}, o.promise)
+	return o.err
+}
+
+// Event writes the event as one JSON line, as it is on the topic.
+func (o *WriterOutput) Event(_ string, _ string, ev *processors.Event) error {
+	o.buf = append(append(o.buf[:0], ev.Value...), '\n')
+	_, err := o.W.Write(o.buf)
+	return err
+}
+
+// newMultiMetric builds the candle processor of a source with several
+// value fields: one series per metric.
+func (s *stageSpec) newMultiMetric(live bool, clock processors.Clock) (processor, error) {
+	p, f := s.Proc, s.decoder.Fields
+	return processors.NewMultiMetric(processors.MetricsConfig{
+		Key: f.Key, Time: f.Time, Values: s.values, Symbols: s.decoder.Symbols, MaxRecordBytes: s.decoder.MaxRecordBytes,
+		KeyCheck: s.decoder.KeyCheck,
+	}, processors.CandleConfig{
+		Timeframe: s.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
+		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: live,
+	}, clock)
+}
+
+// EventSink is a sink that takes events (JSON objects) from processors of
+// kind silence. Writes must be idempotent: events are redelivered after a
+// crash, in order per partition.
+type EventSink interface {
+	WriteEvents(ctx context.Context, events [][]byte) error
+}
+
+// takeEvents makes the sink stage read stage st's events.
+func (s *sinkStage) takeEvents(sk *topology.Sink, st *stageSpec) error {
+	es, ok := s.sink.(EventSink)
+	if !ok {
+		return fmt.Errorf("sink %s: kind %s cannot take the events of %s (kind %s); use a dynamodb or valkey sink", s.name, sk.Kind, st.Name, st.Kind.Name)
+	}
+	if s.eventTopics == nil {
+		s.eventTopics = map[string]bool{}
+	}
+	s.events, s.eventTopics[st.OutputTopic] = es, true
+	return nil
+}
+
+// writeEvents retries until the sink takes the events or ctx ends.
+func (s *sinkStage) writeEvents(ctx context.Context, events [][]byte) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if err := retry(ctx, s.log, "write events", func() error { return s.events.WriteEvents(ctx, events) }); err != nil {
+		return err
+	}
+	s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(events)))
+	return nil
+}

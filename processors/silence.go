@@ -1,0 +1,482 @@
+package processors
+
+import (
+	"bytes"
+	"container/heap"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+)
+
+// SilenceLevel is one step of a device's silence: after After without a
+// reading, an event named Name is emitted once (per silence) with Action.
+type SilenceLevel struct {
+	Name   string        // stable id, e.g. unreachable, alert1, alert2
+	After  time.Duration // silence length that fires it
+	Action string        // what the consumer should do, e.g. status or alert
+}
+
+// RecoveredEvent is the event name of a device reporting after a level fired.
+const RecoveredEvent = "recovered"
+
+// SilenceConfig configures a Silence processor.
+type SilenceConfig struct {
+	Levels []SilenceLevel // at least one; kept in order of After
+	// Key and Time are the record fields (dotted paths) holding the device
+	// id and the reading's event time.
+	Key, Time string
+	// Carry lists fields copied from a device's latest reading into its
+	// events (e.g. owner), under their last path element.
+	Carry []string
+	// Retire names a boolean field: a reading with it true retires the
+	// device (its timers are deleted, no event is emitted). Empty: none.
+	Retire string
+	// MaxRecordBytes rejects larger records (reason oversized); 0 = no limit.
+	MaxRecordBytes int
+	// KeyCheck rejects (key_mismatch) a reading whose record key is not its
+	// device id: a device on two partitions would get two timers.
+	KeyCheck bool
+	// IdleTimeout (Live only): a partition without records for this long
+	// (wall clock) is taken as caught up, and its silence clock follows the
+	// wall clock. 0 = never.
+	IdleTimeout time.Duration
+	Live        bool
+}
+
+// Silence emits an event when a device has sent nothing for a level's
+// delay, and a recovered event when a device that fired reports again.
+//
+// Time: silence is measured on the partition's ingestion clock I, not on
+// event time (a quiet device moves no event time). Each reading's ingestion
+// time is its record timestamp (event time when the record has none),
+// capped at the wall clock in live mode so a future-stamped record cannot
+// fire anything early. I = the largest ingestion time seen; in live mode a
+// partition quiet for IdleTimeout is caught up and I follows the wall clock.
+// A consumer behind its input therefore fires nothing that the backlog could
+// still cancel, and a replay (no wall clock) fires by the input's own time.
+// A level fires when I ≥ last reading's ingestion time + its delay.
+//
+// Each device has at most one pending timer (its next level) in a heap
+// ordered by (due time, device), so firing costs O(log n) per timer due.
+type Silence struct {
+	levels   []SilenceLevel
+	key      []string
+	ts       []string
+	carry    [][]string
+	carryN   []string
+	retire   []string
+	maxSize  int
+	keyCheck bool
+	idle     int64
+	live     bool
+	clock    Clock
+
+	devs     map[string]*device
+	timers   timerHeap
+	clockI   int64 // the ingestion clock I (ms)
+	hasI     bool
+	lastWall int64 // wall time of the last record (live)
+	iDirty   bool
+	dirty    []*device
+	buf      []byte
+}
+
+type device struct {
+	id         string
+	lastSeen   int64 // largest event time of its readings
+	lastIngest int64 // ingestion time of its latest reading
+	fired      int   // levels fired in the current silence
+	carry      []byte
+	due        int64
+	hidx       int
+	dirty      bool
+	deleted    bool
+}
+
+// NewSilence returns a Silence processor for one input partition.
+func NewSilence(cfg SilenceConfig, clock Clock) (*Silence, error) {
+	if len(cfg.Levels) == 0 {
+		return nil, errors.New("silence: no levels (add levels: [{name: unreachable, after: 3d}])")
+	}
+	if clock == nil {
+		return nil, errors.New("silence: no clock: pass SystemClock{} (live) or FixedClock (replay)")
+	}
+	if cfg.Key == "" || cfg.Time == "" {
+		return nil, errors.New("silence: the key and time fields must be named")
+	}
+	levels := slices.Clone(cfg.Levels)
+	seen := map[string]bool{}
+	for _, l := range levels {
+		switch {
+		case l.Name == "" || l.Name == RecoveredEvent:
+			return nil, fmt.Errorf("silence: level name %q is reserved or empty", l.Name)
+		case seen[l.Name]:
+			return nil, fmt.Errorf("silence: level %q is listed twice", l.Name)
+		case l.After <= 0:
+			return nil, fmt.Errorf("silence: level %q: after must be positive", l.Name)
+		}
+		seen[l.Name] = true
+	}
+	slices.SortStableFunc(levels, func(a, b SilenceLevel) int { return int(a.After - b.After) })
+	s := &Silence{levels: levels, key: strings.Split(cfg.Key, "."), ts: strings.Split(cfg.Time, "."),
+		maxSize: cfg.MaxRecordBytes, keyCheck: cfg.KeyCheck, idle: cfg.IdleTimeout.Milliseconds(), live: cfg.Live, clock: clock,
+		devs: map[string]*device{}}
+	for _, c := range cfg.Carry {
+		path := strings.Split(c, ".")
+		s.carry, s.carryN = append(s.carry, path), append(s.carryN, path[len(path)-1])
+	}
+	if cfg.Retire != "" {
+		s.retire = strings.Split(cfg.Retire, ".")
+	}
+	if s.live {
+		s.lastWall = clock.Now().UnixMilli() // after a start, quiet for IdleTimeout = caught up
+	}
+	return s, nil
+}
+
+// Levels returns the levels in order of delay.
+func (s *Silence) Levels() []SilenceLevel { return s.levels }
+
+// IngestClock returns the partition's ingestion clock I (ok false before any input).
+func (s *Silence) IngestClock() (int64, bool) { return s.clockI, s.hasI }
+
+// Devices returns the number of devices with state.
+func (s *Silence) Devices() int { return len(s.devs) }
+
+// Process handles one reading.
+func (s *Silence) Process(rec Record, out *Output) {
+	now := int64(0)
+	if s.live {
+		now = s.clock.Now().UnixMilli()
+		s.lastWall = now
+	}
+	if s.maxSize > 0 && len(rec.Value) > s.maxSize {
+		reject(out, rec, Rejection{Reason: ReasonOversized, Detail: fmt.Sprintf("%d bytes > max_record_bytes %d", len(rec.Value), s.maxSize)})
+		return
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Value, &obj); err != nil {
+		reason := ReasonMalformedJSON
+		if json.Valid(rec.Value) {
+			reason = ReasonNotObject
+		}
+		reject(out, rec, Rejection{Reason: reason, Detail: err.Error()})
+		return
+	}
+	rawKey, ok := lookup(obj, s.key)
+	if !ok {
+		reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", strings.Join(s.key, "."))})
+		return
+	}
+	var id string
+	if err := json.Unmarshal(rawKey, &id); err != nil || id == "" {
+		if bytes.IndexByte(rawKey, '"') < 0 && len(rawKey) > 0 && (rawKey[0] == '-' || (rawKey[0] >= '0' && rawKey[0] <= '9')) {
+			id = string(rawKey) // a numeric device id
+		} else {
+			reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: strings.Join(s.key, ".") + " is not a string or number"})
+			return
+		}
+	}
+	if s.keyCheck && string(rec.Key) != id {
+		what := fmt.Sprintf("record key %q differs from", rec.Key)
+		if rec.Key == nil {
+			what = "the record has no key;"
+		}
+		reject(out, rec, Rejection{Reason: ReasonKeyMismatch, Key: id, Detail: fmt.Sprintf("%s field %q = %q: produce each "+
+			"reading with its device id as the record key so one device stays in one partition, or set key_check: false on the source",
+			what, strings.Join(s.key, "."), id)})
+		return
+	}
+	rawTS, ok := lookup(obj, s.ts)
+	if !ok {
+		reject(out, rec, Rejection{Reason: ReasonMissingField, Key: id, Detail: fmt.Sprintf("field %q is missing", strings.Join(s.ts, "."))})
+		return
+	}
+	ts, err := parseJSONTime(rawTS)
+	if err != nil {
+		reject(out, rec, Rejection{Reason: ReasonInvalidTS, Key: id, Detail: fmt.Sprintf("field %q: %v", strings.Join(s.ts, "."), err)})
+		return
+	}
+	ing := rec.Timestamp
+	if ing <= 0 {
+		ing = ts
+	}
+	if s.live && ing > now {
+		ing = now // a future-stamped record never fires anything early
+	}
+	s.advanceTo(ing, out)
+	d := s.devs[id]
+	if s.retire != nil {
+		if v, ok := lookup(obj, s.retire); ok && string(v) == "true" {
+			if d != nil {
+				s.drop(d)
+			}
+			return
+		}
+	}
+	if d == nil {
+		d = &device{id: id, hidx: -1, lastSeen: ts}
+		s.devs[id] = d
+	}
+	if d.fired > 0 {
+		s.emitRecovered(d, ing, out)
+	}
+	d.lastSeen = max(d.lastSeen, ts)
+	d.lastIngest = max(d.lastIngest, ing)
+	d.fired = 0
+	d.carry = s.carryOf(obj, d.carry[:0])
+	s.schedule(d)
+	s.touch(d)
+}
+
+// Tick moves the ingestion clock with the wall clock when the partition is
+// caught up (live, quiet for IdleTimeout), firing what came due.
+func (s *Silence) Tick(out *Output) {
+	if !s.live || s.idle <= 0 {
+		return
+	}
+	now := s.clock.Now().UnixMilli()
+	if now-s.lastWall < s.idle {
+		return
+	}
+	s.advanceTo(now, out)
+}
+
+// ResetIdle restarts the idle clock: the partition is behind its input, so
+// its quiet time so far does not make it caught up.
+func (s *Silence) ResetIdle() {
+	if s.live {
+		s.lastWall = s.clock.Now().UnixMilli()
+	}
+}
+
+// AdvanceTo moves the ingestion clock to t (ms) and fires what came due.
+// Replays and topology tests use it to let time pass without input.
+func (s *Silence) AdvanceTo(t int64, out *Output) { s.advanceTo(t, out) }
+
+func (s *Silence) advanceTo(t int64, out *Output) {
+	if s.hasI && t <= s.clockI {
+		return
+	}
+	s.clockI, s.hasI, s.iDirty = t, true, true
+	for len(s.timers) > 0 && s.timers[0].due <= t {
+		d := s.timers[0]
+		s.emitLevel(d, out)
+		d.fired++
+		s.schedule(d)
+		s.touch(d)
+	}
+}
+
+func (s *Silence) schedule(d *device) {
+	if d.fired >= len(s.levels) {
+		if d.hidx >= 0 {
+			heap.Remove(&s.timers, d.hidx)
+		}
+		return
+	}
+	d.due = d.lastIngest + s.levels[d.fired].After.Milliseconds()
+	if d.hidx >= 0 {
+		heap.Fix(&s.timers, d.hidx)
+	} else {
+		heap.Push(&s.timers, d)
+	}
+}
+
+func (s *Silence) drop(d *device) {
+	if d.hidx >= 0 {
+		heap.Remove(&s.timers, d.hidx)
+	}
+	delete(s.devs, d.id)
+	d.deleted = true
+	s.touch(d)
+}
+
+func (s *Silence) touch(d *device) {
+	if !d.dirty {
+		d.dirty = true
+		s.dirty = append(s.dirty, d)
+	}
+}
+
+// emitLevel appends the event of d's next level, due now.
+func (s *Silence) emitLevel(d *device, out *Output) {
+	l := s.levels[d.fired]
+	b := s.eventHead(d, l.Name)
+	b = appendStr(append(b, `,"level":`...), l.Name)
+	b = appendStr(append(b, `,"action":`...), l.Action)
+	b = appendTime(append(b, `,"last_seen":`...), d.lastSeen)
+	b = appendTime(append(b, `,"last_ingested":`...), d.lastIngest)
+	b = appendTime(append(b, `,"due_at":`...), d.due)
+	b = appendTime(append(b, `,"fired_at":`...), s.clockI)
+	b = append(b, `,"silent_ms":`...)
+	b = strconv.AppendInt(b, s.clockI-d.lastIngest, 10)
+	out.Events = append(out.Events, Event{Key: d.id, Value: s.eventTail(b, d)})
+}
+
+// emitRecovered appends the recovered event of d, reporting again at ing.
+func (s *Silence) emitRecovered(d *device, ing int64, out *Output) {
+	b := s.eventHead(d, RecoveredEvent)
+	b = appendStr(append(b, `,"level":`...), RecoveredEvent)
+	b = appendStr(append(b, `,"highest":`...), s.levels[d.fired-1].Name)
+	b = appendTime(append(b, `,"last_seen":`...), d.lastSeen)
+	b = appendTime(append(b, `,"last_ingested":`...), d.lastIngest)
+	b = appendTime(append(b, `,"recovered_at":`...), ing)
+	b = append(b, `,"silent_ms":`...)
+	b = strconv.AppendInt(b, ing-d.lastIngest, 10)
+	out.Events = append(out.Events, Event{Key: d.id, Value: s.eventTail(b, d)})
+}
+
+func (s *Silence) eventHead(d *device, event string) []byte {
+	b := appendStr(append(s.buf[:0], `{"device":`...), d.id)
+	return appendStr(append(b, `,"event":`...), event)
+}
+
+func (s *Silence) eventTail(b []byte, d *device) []byte {
+	b = append(b, d.carry...)
+	b = append(b, '}')
+	s.buf = b
+	return bytes.Clone(b) // events outlive the next one built in s.buf
+}
+
+// carryOf renders the carried fields of a reading as `,"name":value` pairs.
+func (s *Silence) carryOf(obj map[string]json.RawMessage, b []byte) []byte {
+	for i, path := range s.carry {
+		v, ok := lookup(obj, path)
+		if !ok {
+			continue
+		}
+		var c bytes.Buffer
+		if json.Compact(&c, v) != nil {
+			continue
+		}
+		b = appendStr(append(b, ','), s.carryN[i])
+		b = append(append(b, ':'), c.Bytes()...)
+	}
+	return b
+}
+
+// Active does nothing: a silence processor has no candles.
+func (s *Silence) Active(func(c *candle.Candle)) {}
+
+// State entries: "I" holds the ingestion clock; "d"+device holds a device.
+var silenceClockKey = []byte("I")
+
+// Changes reports the changed devices and the ingestion clock.
+func (s *Silence) Changes(fn func(key, val []byte)) {
+	for i, d := range s.dirty {
+		s.dirty[i] = nil
+		d.dirty = false
+		k := append([]byte{'d'}, d.id...)
+		if d.deleted {
+			fn(k, nil)
+			continue
+		}
+		v := binary.AppendVarint(nil, d.lastSeen)
+		v = binary.AppendVarint(v, d.lastIngest)
+		v = binary.AppendUvarint(v, uint64(d.fired))
+		v = append(v, d.carry...)
+		fn(k, v)
+	}
+	s.dirty = s.dirty[:0]
+	if s.iDirty {
+		s.iDirty = false
+		fn(silenceClockKey, binary.AppendVarint(nil, s.clockI))
+	}
+}
+
+// Restore loads one entry written by Changes.
+func (s *Silence) Restore(key, val []byte) error {
+	if bytes.Equal(key, silenceClockKey) {
+		v, n := binary.Varint(val)
+		if n <= 0 {
+			return errors.New("silence: bad clock entry")
+		}
+		s.clockI, s.hasI = v, true
+		return nil
+	}
+	if len(key) < 2 || key[0] != 'd' {
+		return fmt.Errorf("silence: unknown state entry %q", key)
+	}
+	r := reader{b: val}
+	d := &device{id: string(key[1:]), hidx: -1}
+	d.lastSeen, d.lastIngest = r.varint(), r.varint()
+	d.fired = int(r.uvarint())
+	if r.err != nil {
+		return fmt.Errorf("silence: device %q: %w", d.id, r.err)
+	}
+	d.carry = bytes.Clone(r.b)
+	s.devs[d.id] = d
+	// The levels may have been edited since: the names fired so far stay
+	// fired, the next one is due at its (new) delay.
+	s.schedule(d)
+	return nil
+}
+
+// lookup follows a dotted path through nested objects.
+func lookup(obj map[string]json.RawMessage, path []string) (json.RawMessage, bool) {
+	for i, p := range path {
+		v, ok := obj[p]
+		if !ok || string(v) == "null" {
+			return nil, false
+		}
+		if i == len(path)-1 {
+			return v, true
+		}
+		obj = nil
+		if json.Unmarshal(v, &obj) != nil {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+func parseJSONTime(raw json.RawMessage) (int64, error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, candle.ErrTime
+		}
+		return candle.ParseEventTime([]byte(s), true)
+	}
+	return candle.ParseEventTime(raw, false)
+}
+
+func appendStr(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a Go string always marshals; invalid UTF-8 becomes U+FFFD
+	return append(b, q...)
+}
+
+func appendTime(b []byte, ms int64) []byte {
+	b = append(b, '"')
+	b = time.UnixMilli(ms).UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	return append(b, '"')
+}
+
+// timerHeap orders devices by due time, then id (deterministic firing order).
+type timerHeap []*device
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].due != h[j].due {
+		return h[i].due < h[j].due
+	}
+	return h[i].id < h[j].id
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].hidx, h[j].hidx = i, j }
+func (h *timerHeap) Push(x any)   { d := x.(*device); d.hidx = len(*h); *h = append(*h, d) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	d.hidx = -1
+	return d
+}
