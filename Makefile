@@ -7,7 +7,7 @@ PKGS     := ./...
 # for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
-.PHONY: build demo test deps bench soak lint docs chart-lib clean
+.PHONY: build demo test deps bench soak lint docs chart-lib clean fuzz
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kandle
@@ -31,6 +31,25 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./processors ./decimal ./engine ./connectors/...
 	$(GO) test -run '^$$' -bench 'BenchmarkAPI' -benchtime 2s ./serve
 	$(GO) test -run '^$$' -bench 'BenchmarkStreamFanout' -benchtime 20x -timeout 10m ./serve
+
+## fuzz: run every fuzz target for FUZZTIME each (seed corpora in each package's
+## testdata/fuzz/<Target>/; `make test` runs those seeds as ordinary tests)
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	./processors:FuzzDecode \
+	./decimal:FuzzParse \
+	./decimal:FuzzSum \
+	./candle:FuzzParseEventTime \
+	./candle:FuzzParseJSON \
+	./topology:FuzzParse \
+	./connectors/kinesis:FuzzRecordStream \
+	./engine:FuzzDeadLetter
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -parallel 1 $$pkg; \
+	done
 
 ## soak: the long crash harness (many more kills and trades than make test)
 soak: deps

@@ -32,8 +32,17 @@ type Candle struct {
 	High        decimal.Decimal `json:"high"`
 	Low         decimal.Decimal `json:"low"`
 	Close       decimal.Decimal `json:"close"`
-	Volume      decimal.Decimal `json:"volume"`
-	QuoteVolume decimal.Decimal `json:"quote_volume"`
+	Volume      decimal.Sum     `json:"volume"`       // Σ qty, exact
+	QuoteVolume decimal.Sum     `json:"quote_volume"` // Σ price × qty, exact (up to 36 places)
 	Trades      int64           `json:"trades"`
 	Gap         bool            `json:"gap"`
+}
+
+// Equal reports whether a and b are the same candle, comparing decimals as
+// numbers (a wide volume is not comparable with ==).
+func (a *Candle) Equal(b *Candle) bool {
+	return a.Symbol == b.Symbol && a.Timeframe == b.Timeframe && a.OpenTime == b.OpenTime &&
+		a.CloseTime == b.CloseTime && a.Open == b.Open && a.High == b.High && a.Low == b.Low &&
+		a.Close == b.Close && a.Volume.Equal(b.Volume) && a.QuoteVolume.Equal(b.QuoteVolume) &&
+		a.Trades == b.Trades && a.Gap == b.Gap
 }

@@ -93,7 +93,7 @@ func TestNests(t *testing.T) {
 func TestJSONRoundTrip(t *testing.T) {
 	c := Candle{Symbol: `BTC/"USDT"`, Timeframe: "1m", OpenTime: 60000, CloseTime: 120000,
 		Open: decimal.MustParse("1.5"), High: decimal.MustParse("2"), Low: decimal.MustParse("0.1"),
-		Close: decimal.MustParse("1"), Volume: decimal.MustParse("1"), QuoteVolume: decimal.MustParse("1.23"),
+		Close: decimal.MustParse("1"), Volume: decimal.MustParseSum("1"), QuoteVolume: decimal.MustParseSum("1.23"),
 		Trades: 10, Gap: false}
 	b := c.AppendJSON(nil)
 	want := `{"symbol":"BTC/\"USDT\"","timeframe":"1m","open_time":60000,"close_time":120000,"open":"1.5","high":"2","low":"0.1","close":"1","volume":"1","quote_volume":"1.23","trades":10,"gap":false}`
@@ -125,7 +125,7 @@ func TestParseEventTime(t *testing.T) {
 func TestParseJSONShapes(t *testing.T) {
 	c := Candle{Symbol: "ETH", Timeframe: "5m", OpenTime: 300000, CloseTime: 600000,
 		Open: decimal.MustParse("2000.5"), High: decimal.MustParse("2001"), Low: decimal.MustParse("1999.25"),
-		Close: decimal.MustParse("2000"), Volume: decimal.MustParse("3.5"), QuoteVolume: decimal.MustParse("7001.75"), Trades: 4, Gap: true}
+		Close: decimal.MustParse("2000"), Volume: decimal.MustParseSum("3.5"), QuoteVolume: decimal.MustParseSum("7001.75"), Trades: 4, Gap: true}
 	for _, in := range []string{
 		string(c.AppendJSON(nil)),
 		`{ "symbol": "ETH", "timeframe": "5m", "open_time": 300000, "close_time": 600000, "open": "2000.5", "high": "2001", "low": "1999.25", "close": "2000", "volume": "3.5", "quote_volume": "7001.75", "trades": 4, "gap": true }`,
@@ -147,7 +147,7 @@ func TestParseJSONShapes(t *testing.T) {
 func BenchmarkParseJSON(b *testing.B) {
 	c := Candle{Symbol: "BTC-USD", Timeframe: "1m", OpenTime: 1767225600000, CloseTime: 1767225660000,
 		Open: decimal.MustParse("65000.1"), High: decimal.MustParse("65010"), Low: decimal.MustParse("64990.5"),
-		Close: decimal.MustParse("65001"), Volume: decimal.MustParse("12.3456"), QuoteVolume: decimal.MustParse("802468.123456"), Trades: 321}
+		Close: decimal.MustParse("65001"), Volume: decimal.MustParseSum("12.3456"), QuoteVolume: decimal.MustParseSum("802468.123456"), Trades: 321}
 	in := c.AppendJSON(nil)
 	for b.Loop() {
 		if _, err := ParseJSON(in); err != nil {

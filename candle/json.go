@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/kandle/kandle/decimal"
 	"slices"
 	"strconv"
@@ -15,10 +16,10 @@ import (
 func (c *Candle) AppendJSON(b []byte) []byte {
 	b = slices.Grow(b, 192+len(c.Symbol)) // one allocation for the whole object
 	b = append(b, `{"symbol":`...)
-	b = strconv.AppendQuote(b, c.Symbol)
-	b = append(b, `,"timeframe":"`...)
-	b = append(b, c.Timeframe...)
-	b = append(b, `","open_time":`...)
+	b = AppendJSONString(b, c.Symbol)
+	b = append(b, `,"timeframe":`...)
+	b = AppendJSONString(b, c.Timeframe)
+	b = append(b, `,"open_time":`...)
 	b = strconv.AppendInt(b, c.OpenTime, 10)
 	b = append(b, `,"close_time":`...)
 	b = strconv.AppendInt(b, c.CloseTime, 10)
@@ -26,8 +27,8 @@ func (c *Candle) AppendJSON(b []byte) []byte {
 	b = appendDec(b, `","high":"`, c.High)
 	b = appendDec(b, `","low":"`, c.Low)
 	b = appendDec(b, `","close":"`, c.Close)
-	b = appendDec(b, `","volume":"`, c.Volume)
-	b = appendDec(b, `","quote_volume":"`, c.QuoteVolume)
+	b = c.Volume.Append(append(b, `","volume":"`...))
+	b = c.QuoteVolume.Append(append(b, `","quote_volume":"`...))
 	b = append(b, `","trades":`...)
 	b = strconv.AppendInt(b, c.Trades, 10)
 	b = append(b, `,"gap":`...)
@@ -53,6 +54,11 @@ func ParseJSON(b []byte) (Candle, error) {
 	}
 	if c.Symbol == "" || c.Timeframe == "" || c.CloseTime <= c.OpenTime {
 		return Candle{}, errors.New("candle: missing symbol, timeframe or window")
+	}
+	for _, s := range [...]string{c.Symbol, c.Timeframe} {
+		if p := KeyProblem([]byte(s)); p != "" {
+			return Candle{}, fmt.Errorf("candle: %q %s: kandle writes only printable UTF-8 names", s, p)
+		}
 	}
 	return c, nil
 }
@@ -103,11 +109,14 @@ func parseFast(b []byte) (Candle, bool) {
 			val, i = b[i:j], j
 		}
 		var err error
+		ok := true // false: a shape the fast path does not take
 		switch string(key) {
 		case "symbol":
 			c.Symbol = string(val)
+			ok = quoted
 		case "timeframe":
 			c.Timeframe = string(val)
+			ok = quoted
 		case "open_time":
 			c.OpenTime, err = strconv.ParseInt(string(val), 10, 64)
 		case "close_time":
@@ -121,9 +130,9 @@ func parseFast(b []byte) (Candle, bool) {
 		case "close":
 			c.Close, err = decimal.Parse(val)
 		case "volume":
-			c.Volume, err = decimal.Parse(val)
+			c.Volume, err = decimal.ParseSum(val)
 		case "quote_volume":
-			c.QuoteVolume, err = decimal.Parse(val)
+			c.QuoteVolume, err = decimal.ParseSum(val)
 		case "trades":
 			c.Trades, err = strconv.ParseInt(string(val), 10, 64)
 		case "gap":
@@ -138,7 +147,7 @@ func parseFast(b []byte) (Candle, bool) {
 		default:
 			return c, false
 		}
-		if err != nil || (quoted && (string(key) == "open_time" || string(key) == "close_time" || string(key) == "trades")) {
+		if err != nil || !ok || (quoted && (string(key) == "open_time" || string(key) == "close_time" || string(key) == "trades")) {
 			return c, false
 		}
 		if i >= len(b) {

@@ -7,8 +7,28 @@
 // instead of rounding when an exact product needs more than 18 places, so an
 // inexact number can never enter a candle.
 //
-// The type is a plain value (two machine words): it is compared with Cmp,
-// copied freely and never allocates on the arithmetic path.
+// # Accepted inputs
+//
+// Parse reads an optional sign, digits with an optional point and fraction
+// (".5" and "5." are allowed), and an optional exponent ("1e-7", "1.5E+3").
+// The value must have at most 18 significant decimal places (trailing zeros
+// do not count) and fit the 128-bit range. kandle accepts a price or
+// quantity when, in addition, it is positive and below 10^20 (InInputRange,
+// MaxIntDigits): at most 20 digits before the point and 18 after, 38
+// significant digits in all, which every sink stores exactly.
+//
+// # Exact sums
+//
+// Volumes and quote volumes are Sums: Product(price, qty) is exact whatever
+// the inputs (up to 36 decimal places), and adding Sums never rounds and
+// never overflows. A Sum is a Decimal in the common case and widens to an
+// arbitrary-precision integer scaled by 10^36 only when a value needs it.
+// ParseSum reads the same syntax with up to 36 places and MaxSumDigits
+// digits; AppendBinary/ReadBinary are its compact binary form (state).
+//
+// Decimal is a plain value (two machine words): it is compared with Cmp,
+// copied freely and never allocates on the arithmetic path. A narrow Sum
+// does not allocate either.
 package decimal
 
 import (
@@ -167,6 +187,27 @@ var pow10 = [20]uint64{1, 10, 100, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11
 // Parse reads a decimal number: an optional sign, digits with an optional
 // fraction, and an optional exponent ("12", "-0.5", "1e-7", "65000.10").
 func Parse(b []byte) (Decimal, error) {
+	d, err := parse(b)
+	if err == ErrRange {
+		// The digits overflowed 128 bits, maybe only through trailing zeros
+		// ("1.000…000" with 40 zeros): read them exactly, then narrow.
+		s, werr := parseWide(b)
+		if werr == ErrSumPrecision {
+			return Decimal{}, ErrPrecision
+		}
+		if werr == nil {
+			if n, ok := s.Decimal(); ok {
+				return n, nil
+			}
+			if s.fitsRange() {
+				return Decimal{}, ErrPrecision // in range, but more than 18 places
+			}
+		}
+	}
+	return d, err
+}
+
+func parse(b []byte) (Decimal, error) {
 	i, n := 0, len(b)
 	if n == 0 {
 		return Decimal{}, ErrSyntax
@@ -210,33 +251,9 @@ func Parse(b []byte) (Decimal, error) {
 	if digits == 0 {
 		return Decimal{}, ErrSyntax
 	}
-	exp := 0
-	if i < n && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		eneg := false
-		if i < n && (b[i] == '-' || b[i] == '+') {
-			eneg = b[i] == '-'
-			i++
-		}
-		if i == n {
-			return Decimal{}, ErrSyntax
-		}
-		for ; i < n; i++ {
-			c := b[i]
-			if c < '0' || c > '9' {
-				return Decimal{}, ErrSyntax
-			}
-			exp = exp*10 + int(c-'0')
-			if exp > 1000 {
-				return Decimal{}, ErrRange
-			}
-		}
-		if eneg {
-			exp = -exp
-		}
-	}
-	if i != n {
-		return Decimal{}, ErrSyntax
+	exp, err := exponent(b[i:])
+	if err != nil {
+		return Decimal{}, err
 	}
 	dp := frac - exp // decimal places of hi:lo
 	for dp > Scale {
@@ -268,6 +285,40 @@ func Parse(b []byte) (Decimal, error) {
 		d = d.Neg()
 	}
 	return d, nil
+}
+
+// exponent reads what follows the digits of a number: nothing, or an
+// exponent ("e-7", "E+3") of at most 1000 in magnitude.
+func exponent(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if b[0] != 'e' && b[0] != 'E' {
+		return 0, ErrSyntax
+	}
+	b = b[1:]
+	neg := false
+	if len(b) > 0 && (b[0] == '-' || b[0] == '+') {
+		neg = b[0] == '-'
+		b = b[1:]
+	}
+	if len(b) == 0 {
+		return 0, ErrSyntax
+	}
+	exp := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, ErrSyntax
+		}
+		exp = exp*10 + int(c-'0')
+		if exp > 1000 {
+			return 0, ErrRange
+		}
+	}
+	if neg {
+		exp = -exp
+	}
+	return exp, nil
 }
 
 // MustParse is Parse for constants in tests and examples; it panics on error.
@@ -390,3 +441,18 @@ func (d Decimal) Raw() (hi, lo uint64) { return d.hi, d.lo }
 
 // FromRaw is the inverse of Raw.
 func FromRaw(hi, lo uint64) Decimal { return Decimal{hi, lo} }
+
+// MaxIntDigits is how many digits before the point a price or quantity may
+// have: kandle accepts values below 10^20, so every accepted value has at
+// most 38 significant digits (20 + 18) and fits a DynamoDB number and a
+// Parquet DECIMAL(38,18). Sums (Sum) are not limited.
+const MaxIntDigits = 20
+
+// 10^38, the raw form of 10^20.
+const limitHi, limitLo = 0x4B3B4CA85A86C47A, 0x098A224000000000
+
+// InInputRange reports whether |d| < 10^20 (see MaxIntDigits).
+func (d Decimal) InInputRange() bool {
+	m := d.abs()
+	return m.hi < limitHi || (m.hi == limitHi && m.lo < limitLo)
+}

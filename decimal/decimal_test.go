@@ -14,6 +14,8 @@ func TestParseAndString(t *testing.T) {
 		{"0.000000000000000001", "0.000000000000000001"},
 		{"170141183460469231731.687303715884105727", "170141183460469231731.687303715884105727"},
 		{"1.10000000000000000000000", "1.1"}, {".5", "0.5"}, {"5.", "5"},
+		{"10000000000000.00000000000000000000000000", "10000000000000"}, // found by FuzzParse
+		{"1.00000000000000000000000000000000000000000000000000000", "1"},
 	} {
 		d, err := Parse([]byte(tc.in))
 		if err != nil {
@@ -34,6 +36,7 @@ func TestParseErrors(t *testing.T) {
 		{"1e", ErrSyntax}, {"12x", ErrSyntax}, {"-", ErrSyntax}, {".", ErrSyntax},
 		{"0.0000000000000000001", ErrPrecision},
 		{"170141183460469231732", ErrRange}, {"1e400", ErrRange}, {"1e21", ErrRange},
+		{"1.0000000000000000000000000000000000000001", ErrPrecision}, {"1000000000000000000000.0000000000000000000", ErrRange},
 	} {
 		if _, err := Parse([]byte(tc.in)); !errors.Is(err, tc.want) {
 			t.Errorf("Parse(%q) error = %v, want %v", tc.in, err, tc.want)

@@ -14,6 +14,27 @@
 // too: a consumer group per sink that reads output topics and writes to the
 // external store.
 //
+// # Quiet records
+//
+// When a key's run of candles ends (max_idle), the candle processor emits
+// quiet marks at the boundaries of the rollup timeframes built from it
+// (graph.go gives it all of them, direct and indirect). A stage writes each
+// mark to its output topic after the candles of the same batch, as a quiet
+// record: key = symbol (so it lands on the partition of the key's candles,
+// after them), header kandle-kind: quiet, and the body
+//
+//	{"kind":"quiet","symbol":"BTC","timeframe":"1m","quiet_until":1767226200000}
+//
+// which has no window, so candle.ParseJSON refuses it. A rollup stage hands
+// quiet records to Rollup.Quiet (it recognises the body, since in-process
+// topics have no headers), which closes the key's open window as direct
+// aggregation would, deletes its state, and passes the mark on to the next
+// rollup. Live Kafka and Kinesis stages write them in the same transaction
+// as the candles; the in-process Pipeline (replay, `kandle test`) feeds them
+// to the rollups in the same order, and replay to topics writes them too.
+// Sinks and the demo table skip them (IsQuietRecord). Only stages that
+// rollups read write quiet records.
+//
 // # Exactly-once protocol (Kafka → Kafka)
 //
 // A processor stage is a kgo.GroupTransactSession. Every commit interval it

@@ -110,7 +110,7 @@ func (s *stageSpec) newMultiMetric(live bool, clock processors.Clock) (processor
 		KeyCheck: s.decoder.KeyCheck,
 	}, processors.CandleConfig{
 		Timeframe: s.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
-		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: live,
+		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: live, Rollups: s.rollups,
 	}, clock)
 }
 

@@ -27,6 +27,10 @@ type stageSpec struct {
 	decoder     processors.DecoderConfig
 	values      []string         // multi-metric readings: the metric fields
 	from        candle.Timeframe // rollups: the upstream timeframe
+	// rollups are the timeframes built from this stage's candles, directly
+	// or through other rollups: its processor emits quiet marks for them,
+	// and its output carries them as quiet records (quiet.go).
+	rollups []candle.Timeframe
 }
 
 // newProcessor builds the processor of one input partition. live enables the
@@ -49,7 +53,7 @@ func (s *stageSpec) newProcessor(live bool, clock processors.Clock) (processor, 
 	return processors.NewAggregator(processors.CandleConfig{
 		Timeframe: s.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
 		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, Dedupe: p.Dedupe, GapFill: p.GapFill,
-		Live: live, Decoder: dec,
+		Live: live, Decoder: dec, Rollups: s.rollups,
 	}, clock)
 }
 
@@ -90,6 +94,9 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 		}
 		g.byName[st.Name] = s
 		g.stages = append(g.stages, s)
+	}
+	for _, s := range g.stages {
+		s.rollups = g.rollupsOf(s.Name)
 	}
 	return g, nil
 }

@@ -155,7 +155,7 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 	}
 	sh.out.Reset()
 	sh.proc.Tick(&sh.out)
-	if len(sh.out.Candles)+len(sh.out.Events) == 0 {
+	if len(sh.out.Candles)+len(sh.out.Events)+len(sh.out.Quiet) == 0 {
 		return
 	}
 	cerr := k.commit(ctx, sh, sh.seq)
@@ -352,6 +352,7 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 		c := &sh.out.Candles[i]
 		cl.Produce(ctx, &kgo.Record{Topic: k.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)}, promise)
 	}
+	k.spec.quietRecords(&sh.out, func(r *kgo.Record) { cl.Produce(ctx, r, promise) })
 	if n := len(sh.out.Candles); n > 0 {
 		k.e.m.candles.WithLabelValues(k.spec.Name, k.spec.Timeframe.String()).Add(float64(n))
 	}

@@ -33,6 +33,9 @@ type Pipeline struct {
 	OnEvent func(stage, topic string, ev *processors.Event, partition int32)
 	// OnReject receives every rejected record of every stage.
 	OnReject func(stage string, r *processors.Rejection)
+	// OnQuiet receives every quiet record (the body, see IsQuietRecord) a
+	// stage writes to its output topic, after the candles it follows.
+	OnQuiet func(stage, topic, key string, value []byte)
 }
 
 // NewPipeline builds an in-process pipeline for t.
@@ -91,7 +94,7 @@ func (p *Pipeline) feedStage(s *stageSpec, rec processors.Record) error {
 		return err
 	}
 	var out processors.Output
-	pr.Process(rec, &out)
+	s.process(pr, rec, &out)
 	return p.emit(s, &out)
 }
 
@@ -126,7 +129,25 @@ func (p *Pipeline) emit(s *stageSpec, out *processors.Output) error {
 			}
 		}
 	}
-	return nil
+	var qerr error
+	s.quietRecords(out, func(r *kgo.Record) {
+		if qerr != nil {
+			return
+		}
+		key := string(r.Key)
+		part := p.parts.partition(s.OutputTopic, key, s.OutputParts)
+		if p.OnQuiet != nil {
+			p.OnQuiet(s.Name, s.OutputTopic, key, r.Value)
+		}
+		off := p.offsets[s.OutputTopic][part]
+		p.offsets[s.OutputTopic][part]++
+		for _, d := range down {
+			if qerr = p.feedStage(d, processors.Record{Partition: part, Offset: off, Key: r.Key, Value: r.Value}); qerr != nil {
+				return
+			}
+		}
+	})
+	return qerr
 }
 
 // restore replaces stage's processor of partition with one built from entries

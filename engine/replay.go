@@ -167,8 +167,15 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	}
 	if eo, ok := o.Out.(EventOutput); ok {
 		p.OnEvent = func(stage, topic string, ev *processors.Event, _ int32) {
-			if err == nil {
+			if err == nil && writes(stage) {
 				err = eo.Event(stage, topic, ev)
+			}
+		}
+	}
+	if qo, ok := o.Out.(quietOutput); ok {
+		p.OnQuiet = func(stage, topic, key string, value []byte) {
+			if err == nil && writes(stage) {
+				err = qo.Quiet(stage, topic, key, value)
 			}
 		}
 	}

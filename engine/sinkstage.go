@@ -134,6 +134,9 @@ func (s *sinkStage) run(ctx context.Context) error {
 				}
 				return
 			}
+			if IsQuietRecord(r) {
+				return // a control record for rollups (quiet.go), not a candle
+			}
 			c, err := candle.ParseJSON(r.Value)
 			if err != nil {
 				s.log.Warn("skipping unreadable candle", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)

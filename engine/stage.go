@@ -238,7 +238,7 @@ func (s *liveStage) loop(ctx context.Context) error {
 					control = true // a transaction marker: no data, but the position moves past it
 					continue
 				}
-				ps.proc.Process(processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &s.out)
+				s.spec.process(ps.proc, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &s.out)
 				n++
 			}
 			if n > 0 || control {
@@ -476,7 +476,7 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 
 // emit produces s.out's candles and dead letters in the open transaction.
 func (s *liveStage) emit(ctx context.Context) error {
-	if len(s.out.Candles) == 0 && len(s.out.Rejected) == 0 && len(s.out.Events) == 0 {
+	if len(s.out.Candles) == 0 && len(s.out.Rejected) == 0 && len(s.out.Events) == 0 && len(s.out.Quiet) == 0 {
 		return nil
 	}
 	if err := s.begin(); err != nil {
@@ -488,6 +488,7 @@ func (s *liveStage) emit(ctx context.Context) error {
 		c := &s.out.Candles[i]
 		s.produce(ctx, &kgo.Record{Topic: s.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)})
 	}
+	s.spec.quietRecords(&s.out, func(r *kgo.Record) { s.produce(ctx, r) })
 	if n := len(s.out.Candles); n > 0 {
 		s.e.m.candles.WithLabelValues(s.spec.Name, tf).Add(float64(n))
 	}

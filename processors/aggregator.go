@@ -171,7 +171,7 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		a.lastWall, a.hasWall, a.partDirty = now, true, true
 	}
 	t := &a.trade
-	var quote decimal.Decimal
+	var quote decimal.Sum
 	kb, ok := a.dec.scan(rec.Value, t, &quote)
 	if !ok {
 		reject(out, rec, a.dec.rej)
@@ -229,16 +229,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		}
 		w = k.find(open)
 	}
-	v, q := t.Qty, quote
-	if w != nil {
-		var err1, err2 error
-		v, err1 = w.v.Add(t.Qty)
-		q, err2 = w.q.Add(quote)
-		if err := errors.Join(err1, err2); err != nil {
-			reject(out, rec, Rejection{Reason: ReasonInvalidQty, Key: t.Key,
-				Detail: fmt.Sprintf("window volume would overflow: %v", err)})
-			return
-		}
+	v, q := decimal.SumOf(t.Qty), quote
+	if w != nil { // exact sums: they widen instead of failing
+		v, q = w.v.AddDecimal(t.Qty), w.q.Add(quote)
 	}
 	if k == nil {
 		k = &keyState{key: t.Key, hidx: -1}

@@ -21,6 +21,7 @@ const (
 	ReasonOversized     Reason = "oversized"
 	ReasonUnknownKey    Reason = "unknown_key"
 	ReasonKeyMismatch   Reason = "key_mismatch"
+	ReasonInvalidKey    Reason = "invalid_key" // invalid UTF-8 or a control character in the key
 	ReasonLate          Reason = "late"
 	ReasonDuplicate     Reason = "duplicate"
 	ReasonFuture        Reason = "future"
@@ -28,7 +29,7 @@ const (
 
 // Reasons lists every reason code (for metrics and docs).
 var Reasons = []Reason{ReasonMalformedJSON, ReasonNotObject, ReasonMissingField, ReasonInvalidPrice,
-	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture}
+	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonInvalidKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture}
 
 // Record is one input record and where it came from.
 type Record struct {

@@ -323,6 +323,13 @@ func (h *ddHarness) candleJSON(t *testing.T, d *datadriven.TestData, line string
 			}
 			return x
 		}
+		sum := func() decimal.Sum {
+			x, err := decimal.ParseSum([]byte(v))
+			if err != nil {
+				d.Fatalf(t, "candle line %q: %s: %v", line, kv, err)
+			}
+			return x
+		}
 		switch k {
 		case "o":
 			c.Open = dec()
@@ -333,9 +340,9 @@ func (h *ddHarness) candleJSON(t *testing.T, d *datadriven.TestData, line string
 		case "c":
 			c.Close = dec()
 		case "v":
-			c.Volume = dec()
+			c.Volume = sum()
 		case "q":
-			c.QuoteVolume = dec()
+			c.QuoteVolume = sum()
 		case "n":
 			c.Trades, _ = strconv.ParseInt(v, 10, 64)
 		case "gap":

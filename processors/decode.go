@@ -134,7 +134,7 @@ func (d *Decoder) addPath(path string, field int) error {
 // it is valid as long as value is not modified or reused. Use
 // strings.Clone(t.ID) to keep it beyond that.
 func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool) {
-	var quote decimal.Decimal
+	var quote decimal.Sum
 	kb, ok := d.scan(value, t, &quote)
 	if ok {
 		t.Key, ok = d.intern(kb)
@@ -146,11 +146,10 @@ func (d *Decoder) Decode(value []byte, t *candle.Trade) (rej Rejection, ok bool)
 }
 
 // scan is Decode without the key lookup: it validates the record, fills
-// every field of t but Key, sets quote to price × qty (checked for
-// exactness) and returns the key's bytes (which may alias d's scratch).
+// every field of t but Key, sets quote to the exact price × qty and returns the key's bytes (which may alias d's scratch).
 // The caller resolves them with intern, or with its own table of keys that
 // intern admitted before.
-func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (kb []byte, ok bool) {
+func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []byte, ok bool) {
 	if d.cfg.MaxRecordBytes > 0 && len(value) > d.cfg.MaxRecordBytes {
 		return nil, d.fail(Rejection{Reason: ReasonOversized,
 			Detail: fmt.Sprintf("record is %d bytes, the limit is %d", len(value), d.cfg.MaxRecordBytes)})
@@ -226,14 +225,13 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 		}
 	}
 	q, fast := pf.mul(qf) // a zero mant (not parsed fast) never takes this path
-	if !fast || pf.mant == 0 || qf.mant == 0 {
-		if q, err = price.Mul(qty); err != nil {
-			return nil, d.fail(Rejection{Reason: ReasonInvalidQty, Key: rawKey(),
-				Detail: fmt.Sprintf("price × qty (%s × %s) is not exact: %v", price, qty, err)})
-		}
-	}
 	t.TS, t.Price, t.Qty = ts, price, qty
-	*quote = q
+	if !fast || pf.mant == 0 || qf.mant == 0 {
+		// Exact whatever its size: widens when it needs more than 18 places.
+		*quote = decimal.Product(price, qty)
+	} else {
+		*quote = decimal.SumOf(q)
+	}
 	return kb, true
 }
 
@@ -242,6 +240,10 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Decimal) (k
 func (d *Decoder) intern(kb []byte) (string, bool) {
 	if s := d.keys.lookup(kb); s != nil {
 		return s.key, true
+	}
+	if detail := candle.KeyProblem(kb); detail != "" {
+		return "", d.fail(Rejection{Reason: ReasonInvalidKey, Key: string(kb),
+			Detail: fmt.Sprintf("key %q %s: keys must be printable UTF-8", kb, detail)})
 	}
 	if d.whitelist {
 		return "", d.fail(Rejection{Reason: ReasonUnknownKey, Key: string(kb),
@@ -276,8 +278,8 @@ func (d *Decoder) eventTime(value []byte, sp span) (int64, error) {
 	return 0, candle.ErrTime
 }
 
-// positive parses a price or qty: a JSON number or numeric string, > 0,
-// with at most 18 decimal places. A non-empty detail says what is wrong.
+// positive parses a price or qty: a JSON number or numeric string, > 0 and
+// < 10^20, with at most 18 decimal places. A non-empty detail says what is wrong.
 // When the number took the fast path, fx holds it (else fx.mant is 0).
 func (d *Decoder) positive(value []byte, sp span, f int) (v decimal.Decimal, fx fixed, detail string) {
 	raw := value[sp.start:sp.end]
@@ -297,14 +299,14 @@ func (d *Decoder) positive(value []byte, sp span, f int) (v decimal.Decimal, fx 
 
 func (d *Decoder) positiveSlow(raw []byte, f int) (decimal.Decimal, string) {
 	v, err := decimal.Parse(raw)
-	if err == nil && v.Sign() > 0 {
+	if err == nil && v.Sign() > 0 && v.InInputRange() {
 		return v, ""
 	}
 	switch {
 	case errors.Is(err, decimal.ErrPrecision):
 		return v, fmt.Sprintf("field %q = %q has more than %d decimal places", d.names[f], raw, decimal.Scale)
-	case errors.Is(err, decimal.ErrRange):
-		return v, fmt.Sprintf("field %q = %q is out of range", d.names[f], raw)
+	case errors.Is(err, decimal.ErrRange), err == nil && !v.InInputRange():
+		return v, fmt.Sprintf("field %q = %q is out of range: it must be below 10^%d", d.names[f], raw, decimal.MaxIntDigits)
 	case err != nil:
 		return v, fmt.Sprintf("field %q = %q is not a number", d.names[f], raw)
 	case v.Sign() <= 0:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,6 +108,9 @@ func fmtRejection(r *Rejection) string {
 	key := ""
 	if r.Key != "" {
 		key = " " + r.Key
+		if candle.KeyProblem([]byte(r.Key)) != "" {
+			key = " " + strconv.Quote(r.Key) // keep fixtures printable text
+		}
 	}
 	return fmt.Sprintf("reject %s%s offset=%d: %s", r.Reason, key, r.Offset, r.Detail)
 }

@@ -535,6 +535,13 @@ func unescape(dst, body []byte) []byte {
 					i += 6
 				}
 			}
+			if r >= 0xD800 && r < 0xE000 {
+				// A lone surrogate: keep its (invalid UTF-8) three bytes
+				// rather than U+FFFD, so two different ones never read
+				// as the same string (keys with it are rejected).
+				dst = append(dst, 0xED, 0x80|byte(r>>6&0x3F), 0x80|byte(r&0x3F))
+				continue
+			}
 			dst = utf8.AppendRune(dst, r)
 		default: // " \ /
 			dst = append(dst, body[i])

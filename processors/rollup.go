@@ -77,11 +77,7 @@ func (r *Rollup) Process(rec Record, out *Output) {
 		k.open, k.hasNonGap = true, false
 		k.acc = candle.Candle{Symbol: k.key, Timeframe: r.to, OpenTime: open, CloseTime: r.tf.End(open)}
 	}
-	if err := r.add(k, &c); err != nil {
-		reject(out, rec, Rejection{Reason: ReasonInvalidQty, Key: c.Symbol,
-			Detail: fmt.Sprintf("rolled-up volume would overflow: %v", err)})
-		return
-	}
+	r.add(k, &c)
 	k.lastSub, k.hasLast = c.CloseTime, true
 	r.touch(k)
 	if !k.act {
@@ -93,13 +89,9 @@ func (r *Rollup) Process(rec Record, out *Output) {
 	}
 }
 
-func (r *Rollup) add(k *rollKey, c *candle.Candle) error {
+func (r *Rollup) add(k *rollKey, c *candle.Candle) {
 	a := &k.acc
-	v, err1 := a.Volume.Add(c.Volume)
-	q, err2 := a.QuoteVolume.Add(c.QuoteVolume)
-	if err := errors.Join(err1, err2); err != nil {
-		return err
-	}
+	v, q := a.Volume.Add(c.Volume), a.QuoteVolume.Add(c.QuoteVolume) // exact: widen, never fail
 	if !c.Gap {
 		if !k.hasNonGap {
 			a.Open, a.High, a.Low = c.Open, c.High, c.Low
@@ -115,7 +107,6 @@ func (r *Rollup) add(k *rollKey, c *candle.Candle) error {
 	}
 	a.Close, a.Volume, a.QuoteVolume = c.Close, v, q
 	a.Trades += c.Trades
-	return nil
 }
 
 func (r *Rollup) emit(k *rollKey, out *Output) {
@@ -201,9 +192,11 @@ func (r *Rollup) Changes(fn func(key, val []byte)) {
 			a := &k.acc
 			b = binary.AppendVarint(b, a.OpenTime)
 			b = binary.AppendVarint(b, a.CloseTime-a.OpenTime)
-			for _, d := range [...]decimal.Decimal{a.Open, a.High, a.Low, a.Close, a.Volume, a.QuoteVolume} {
+			for _, d := range [...]decimal.Decimal{a.Open, a.High, a.Low, a.Close} {
 				b = appendDec(b, d)
 			}
+			b = a.Volume.AppendBinary(b)
+			b = a.QuoteVolume.AppendBinary(b)
 			b = binary.AppendUvarint(b, uint64(a.Trades))
 		}
 		r.vbuf = b
@@ -222,9 +215,10 @@ func (r *Rollup) Restore(key, val []byte) error {
 		delete(r.keys, name)
 		return nil
 	}
-	if len(val) < 2 || val[0] != stateVersion {
+	if len(val) < 2 || !knownVersion(val[0]) {
 		return fmt.Errorf("restore: rollup key %q: %w", name, errCorrupt)
 	}
+	ver := val[0]
 	k := &rollKey{key: name, open: val[1]&1 != 0, hasNonGap: val[1]&2 != 0, hasLast: val[1]&4 != 0}
 	rd := reader{b: val[2:]}
 	k.lastSub = rd.varint()
@@ -233,7 +227,8 @@ func (r *Rollup) Restore(key, val []byte) error {
 		a.Symbol, a.Timeframe = name, r.to
 		a.OpenTime = rd.varint()
 		a.CloseTime = a.OpenTime + rd.varint()
-		a.Open, a.High, a.Low, a.Close, a.Volume, a.QuoteVolume = rd.dec(), rd.dec(), rd.dec(), rd.dec(), rd.dec(), rd.dec()
+		a.Open, a.High, a.Low, a.Close = rd.dec(), rd.dec(), rd.dec(), rd.dec()
+		a.Volume, a.QuoteVolume = rd.sum(ver), rd.sum(ver)
 		a.Trades = int64(rd.uvarint())
 	}
 	if rd.err == nil && len(rd.b) != 0 {

@@ -20,13 +20,19 @@ import (
 // Ids go in append-only chunks (one per Changes call that added ids to the
 // window), so a checkpoint writes only the ids that are new, not every id of
 // a busy window again. Values are a version byte (key and partition entries)
-// followed by varints and 16-byte decimals. A nil value from Changes means
-// the entry was deleted.
+// followed by varints, 16-byte decimals (prices) and sums (volumes, in the
+// binary form of decimal.Sum: 17 bytes in the common case, longer when a
+// sum is wide). A nil value from Changes means the entry was deleted.
+//
+// Version 1 (before exact wide sums) stored volumes as 16-byte decimals;
+// Restore still reads it, and every entry is rewritten as version 2 the
+// next time it changes.
 const (
 	entryPartition = 'p'
 	entryKey       = 'k'
 	entryIDs       = 'i'
-	stateVersion   = 1
+	stateVersion   = 2
+	stateV1        = 1 // volumes as 16-byte decimals
 )
 
 // Key entry flags beyond started and hasPrev. flagPrevTS marks an entry
@@ -36,6 +42,9 @@ const (
 	flagPrevTS = 4
 	flagQuiet  = 8
 )
+
+// knownVersion reports whether v is a state version Restore reads.
+func knownVersion(v byte) bool { return v == stateVersion || v == stateV1 }
 
 var errCorrupt = errors.New("truncated or corrupt state entry")
 
@@ -115,7 +124,7 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		if val == nil {
 			return nil
 		}
-		if len(val) < 2 || val[0] != stateVersion {
+		if len(val) < 2 || !knownVersion(val[0]) {
 			return fmt.Errorf("restore: partition entry: %w", errCorrupt)
 		}
 		r := reader{b: val[2:]}
@@ -230,9 +239,11 @@ func encodeKey(b []byte, k *keyState) []byte {
 		b = binary.AppendVarint(b, w.close-w.open)
 		b = binary.AppendVarint(b, w.oTS-w.open)
 		b = binary.AppendVarint(b, w.cTS-w.open)
-		for _, d := range [...]decimal.Decimal{w.o, w.h, w.l, w.c, w.v, w.q} {
+		for _, d := range [...]decimal.Decimal{w.o, w.h, w.l, w.c} {
 			b = appendDec(b, d)
 		}
+		b = w.v.AppendBinary(b)
+		b = w.q.AppendBinary(b)
 		b = binary.AppendUvarint(b, uint64(w.n))
 		b = binary.AppendUvarint(b, uint64(w.chunks))
 	}
@@ -240,9 +251,10 @@ func encodeKey(b []byte, k *keyState) []byte {
 }
 
 func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
-	if len(val) < 2 || val[0] != stateVersion {
+	if len(val) < 2 || !knownVersion(val[0]) {
 		return nil, errCorrupt
 	}
+	ver := val[0]
 	k := &keyState{key: name, hidx: -1, started: val[1]&1 != 0, hasPrev: val[1]&2 != 0}
 	r := reader{b: val[2:]}
 	k.nextOpen = r.varint()
@@ -265,7 +277,8 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 		w.close = w.open + r.varint()
 		w.oTS = w.open + r.varint()
 		w.cTS = w.open + r.varint()
-		w.o, w.h, w.l, w.c, w.v, w.q = r.dec(), r.dec(), r.dec(), r.dec(), r.dec(), r.dec()
+		w.o, w.h, w.l, w.c = r.dec(), r.dec(), r.dec(), r.dec()
+		w.v, w.q = r.sum(ver), r.sum(ver)
 		w.n = int64(r.uvarint())
 		w.chunks = uint32(r.uvarint())
 		k.wins = append(k.wins, w)
@@ -318,6 +331,23 @@ func (r *reader) dec() decimal.Decimal {
 		return decimal.Zero
 	}
 	return decimal.FromRaw(binary.BigEndian.Uint64(b), binary.BigEndian.Uint64(b[8:]))
+}
+
+// sum reads a volume written by state version ver.
+func (r *reader) sum(ver byte) decimal.Sum {
+	if ver == stateV1 {
+		return decimal.SumOf(r.dec())
+	}
+	if r.err != nil {
+		return decimal.Sum{}
+	}
+	s, rest, err := decimal.ReadBinary(r.b)
+	if err != nil {
+		r.fail()
+		return decimal.Sum{}
+	}
+	r.b = rest
+	return s
 }
 
 func (r *reader) fail() {

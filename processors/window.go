@@ -14,7 +14,7 @@ type window struct {
 	open, close int64
 	o, h, l, c  decimal.Decimal
 	oTS, cTS    int64 // event times of the open and close trades
-	v, q        decimal.Decimal
+	v, q        decimal.Sum
 	n           int64
 	nums        []uint64            // canonical decimal ids ("123") while they arrive ascending
 	numIDs      map[uint64]struct{} // canonical decimal ids that arrived out of order
@@ -121,7 +121,7 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 }
 
 // add counts one trade; v and q are the new volume sums, already checked.
-func (w *window) add(t *candle.Trade, v, q decimal.Decimal) {
+func (w *window) add(t *candle.Trade, v, q decimal.Sum) {
 	if w.n == 0 {
 		w.o, w.h, w.l, w.c = t.Price, t.Price, t.Price, t.Price
 		w.oTS, w.cTS = t.TS, t.TS

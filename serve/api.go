@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/candle"
-	"github.com/kandle/kandle/decimal"
 )
 
 // apiError is a client error: its status and a message saying what to do.
@@ -312,6 +311,10 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, b)
 }
 
+// decimalText is a price (decimal.Decimal) or a volume (decimal.Sum): both
+// append their exact text.
+type decimalText interface{ Append(dst []byte) []byte }
+
 // appendKline writes c as the large exchanges' kline array:
 // [open_time, "open", "high", "low", "close", "volume", close_time,
 // "quote_volume", trades], close_time being the window's last millisecond
@@ -319,7 +322,7 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 func appendKline(b []byte, c *candle.Candle) []byte {
 	b = append(b, '[')
 	b = strconv.AppendInt(b, c.OpenTime, 10)
-	for _, d := range []decimal.Decimal{c.Open, c.High, c.Low, c.Close, c.Volume} {
+	for _, d := range []decimalText{c.Open, c.High, c.Low, c.Close, c.Volume} {
 		b = append(b, ',', '"')
 		b = d.Append(b)
 		b = append(b, '"')
@@ -586,10 +589,10 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	}
 	for _, f := range []struct {
 		key string
-		get func(*candle.Candle) decimal.Decimal
-	}{{"o", func(c *candle.Candle) decimal.Decimal { return c.Open }}, {"h", func(c *candle.Candle) decimal.Decimal { return c.High }},
-		{"l", func(c *candle.Candle) decimal.Decimal { return c.Low }}, {"c", func(c *candle.Candle) decimal.Decimal { return c.Close }},
-		{"v", func(c *candle.Candle) decimal.Decimal { return c.Volume }}} {
+		get func(*candle.Candle) decimalText
+	}{{"o", func(c *candle.Candle) decimalText { return c.Open }}, {"h", func(c *candle.Candle) decimalText { return c.High }},
+		{"l", func(c *candle.Candle) decimalText { return c.Low }}, {"c", func(c *candle.Candle) decimalText { return c.Close }},
+		{"v", func(c *candle.Candle) decimalText { return c.Volume }}} {
 		b = append(b, `],"`...)
 		b = append(b, f.key...)
 		b = append(b, `":[`...)

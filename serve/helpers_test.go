@@ -47,7 +47,7 @@ func series(symbol string, tfr candle.Timeframe, start int64, n int, seed uint64
 		c := candle.Candle{Symbol: symbol, Timeframe: tfr.String(), OpenTime: o, CloseTime: tfr.End(o)}
 		if i%5 == 4 {
 			c.Open, c.High, c.Low, c.Close, c.Gap = prev, prev, prev, prev, true
-			c.Volume, c.QuoteVolume = decimal.Zero, decimal.Zero
+			c.Volume, c.QuoteVolume = decimal.Sum{}, decimal.Sum{}
 		} else {
 			px := decimal.MustParse(fmt.Sprintf("%d.%06d", 100+r.IntN(50), r.IntN(1_000_000)))
 			lo, hi := prev, px
@@ -56,7 +56,7 @@ func series(symbol string, tfr candle.Timeframe, start int64, n int, seed uint64
 			}
 			hi, _ = hi.Add(decimal.MustParse("0.5"))
 			c.Open, c.High, c.Low, c.Close = prev, hi, lo, px
-			c.Volume = decimal.MustParse(fmt.Sprintf("0.%018d", 1+r.Uint64N(999_999_999_999_999_999)))
+			c.Volume = decimal.MustParseSum(fmt.Sprintf("0.%018d", 1+r.Uint64N(999_999_999_999_999_999)))
 			c.QuoteVolume = c.Volume
 			c.Trades = int64(1 + r.IntN(20))
 			prev = px

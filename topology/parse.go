@@ -45,6 +45,11 @@ func Parse(file string, data []byte, reg Registry) (*Topology, error) {
 	if len(doc.Content) == 0 {
 		return nil, Problems{{File: file, Line: 1, Col: 1, Msg: "the file is empty: start with name:, sources: and processors: (see docs/reference.md)"}}
 	}
+	if n := expandedSize(&doc, maxExpandedNodes); n > maxExpandedNodes {
+		return nil, Problems{{File: file, Line: 1, Col: 1, Msg: fmt.Sprintf(
+			"the file expands to more than %d YAML nodes through aliases (*name) and merge keys (<<): "+
+				"a topology needs far fewer; remove the nested aliases", maxExpandedNodes)}}
+	}
 	t := &Topology{File: file, root: &doc}
 	d := spec.NewDecoder(file, spec.WithHook[Sink](sinkHook(reg)))
 	d.Decode(&doc, "", t)

@@ -199,6 +199,9 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 		fs := cl.PollFetches(ctx)
 		var rows []candle.Candle
 		fs.EachRecord(func(r *kgo.Record) {
+			if engine.IsQuietRecord(r) {
+				return // rollups' control record, not a candle
+			}
 			if c, err := candle.ParseJSON(r.Value); err == nil {
 				rows = append(rows, c)
 			}

@@ -58,7 +58,7 @@ func TestServeEqualsTopics(t *testing.T) {
 	}
 	open := candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: H, CloseTime: H + 60_000,
 		Open: decimal.MustParse("123.45"), High: decimal.MustParse("123.45"), Low: decimal.MustParse("123.45"),
-		Close: decimal.MustParse("123.45"), Volume: decimal.MustParse("0.5"), QuoteVolume: decimal.MustParse("61.725"), Trades: 1}
+		Close: decimal.MustParse("123.45"), Volume: decimal.MustParseSum("0.5"), QuoteVolume: decimal.MustParseSum("61.725"), Trades: 1}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		got, _ := h.vk.Do(h.ctx, h.vk.B().Hget().Key("candle:active:1m:"+sym).Field("open_time").Build()).ToString()
 		if got == fmt.Sprint(H) {

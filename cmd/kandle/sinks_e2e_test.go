@@ -732,7 +732,7 @@ func TestSinksThroughTopology(t *testing.T) {
 		}
 		c := candle.Candle{Symbol: r.Symbol, Timeframe: r.Timeframe, Gap: r.Gap,
 			Open: decimal.MustParse(r.O), High: decimal.MustParse(r.H), Low: decimal.MustParse(r.L), Close: decimal.MustParse(r.C),
-			Volume: decimal.MustParse(r.V), QuoteVolume: decimal.MustParse(r.Q)}
+			Volume: decimal.MustParseSum(r.V), QuoteVolume: decimal.MustParseSum(r.Q)}
 		fmt.Sscan(r.OT, &c.OpenTime)
 		fmt.Sscan(r.CT, &c.CloseTime)
 		fmt.Sscan(r.N, &c.Trades)
@@ -829,11 +829,15 @@ func sxReadParquet(data []byte) ([]candle.Candle, error) {
 				}
 				return decimal.FromRaw(binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]))
 			}
+			sum := func(name string) decimal.Sum { // volumes are exact decimal text
+				s, _ := decimal.ParseSum(val[col[name]].ByteArray())
+				return s
+			}
 			out = append(out, candle.Candle{Symbol: string(val[col["symbol"]].ByteArray()),
 				Timeframe: string(val[col["timeframe"]].ByteArray()),
 				OpenTime:  val[col["open_time"]].Int64(), CloseTime: val[col["close_time"]].Int64(),
 				Open: dec("open"), High: dec("high"), Low: dec("low"), Close: dec("close"),
-				Volume: dec("volume"), QuoteVolume: dec("quote_volume"),
+				Volume: sum("volume"), QuoteVolume: sum("quote_volume"),
 				Trades: val[col["trades"]].Int64(), Gap: val[col["gap"]].Boolean()})
 		}
 		if err == io.EOF {

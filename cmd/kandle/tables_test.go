@@ -150,7 +150,7 @@ func TestTablesApplyAndQuery(t *testing.T) {
 		o := base + int64(i)*60_000
 		p := decimal.MustParse(fmt.Sprintf("%d.25", 100+i))
 		cs = append(cs, candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: o, CloseTime: o + 60_000,
-			Open: p, High: p, Low: p, Close: p, Volume: decimal.MustParse("0.1"), QuoteVolume: decimal.MustParse("10.025"), Trades: 1})
+			Open: p, High: p, Low: p, Close: p, Volume: decimal.MustParseSum("0.1"), QuoteVolume: decimal.MustParseSum("10.025"), Trades: 1})
 	}
 	if err := hist.Write(ctx, cs); err != nil {
 		t.Fatal(err)

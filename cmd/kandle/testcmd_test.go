@@ -18,7 +18,8 @@ func TestKandleTestShippedExamples(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
 	}
 	for _, want := range []string{"ok  \t" + filepath.ToSlash(filepath.Join(dir, "crypto_test.yaml")),
-		"ok  \t" + filepath.ToSlash(filepath.Join(dir, "devices_test.yaml")), "\nok\t"} {
+		"ok  \t" + filepath.ToSlash(filepath.Join(dir, "devices_test.yaml")),
+		"ok  \t" + filepath.ToSlash(filepath.Join(dir, "quiet_test.yaml")), "\nok\t"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

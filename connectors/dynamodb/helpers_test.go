@@ -126,7 +126,7 @@ func genCandles(symbols, tfs []string, n int, version int) []candle.Candle {
 				out = append(out, candle.Candle{
 					Symbol: sym, Timeframe: tfs, OpenTime: open, CloseTime: tf.End(open),
 					Open: p, High: dec(fmt.Sprintf("%d.5", 101+i)), Low: dec(fmt.Sprintf("%d.25", 99+i)), Close: p,
-					Volume: dec("1.000000000000000001"), QuoteVolume: dec(fmt.Sprintf("%d.1", 1000+i)),
+					Volume: decimal.SumOf(dec("1.000000000000000001")), QuoteVolume: decimal.SumOf(dec(fmt.Sprintf("%d.1", 1000+i))),
 					Trades: int64(i + 1), Gap: i%7 == 3,
 				})
 				open = tf.End(open)

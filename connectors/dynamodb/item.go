@@ -60,6 +60,10 @@ func numAttr(n int64) types.AttributeValue {
 }
 func decAttr(d decimal.Decimal) types.AttributeValue { return strAttr(d.String()) }
 
+// sumAttr stores a volume as a string too: a quote volume may have 36
+// decimal places and more digits than a DynamoDB number holds (38).
+func sumAttr(s decimal.Sum) types.AttributeValue { return strAttr(s.String()) }
+
 // keyAttrs renders pk and sk for v and checks their lengths.
 func (s *Sink) keyAttrs(v *vars) (pk, sk string, err error) {
 	sk = s.sk.render(v)
@@ -102,8 +106,8 @@ func (s *Sink) candleItem(c *candle.Candle) (pending, error) {
 		attrHigh:      decAttr(c.High),
 		attrLow:       decAttr(c.Low),
 		attrClose:     decAttr(c.Close),
-		attrVolume:    decAttr(c.Volume),
-		attrQuote:     decAttr(c.QuoteVolume),
+		attrVolume:    sumAttr(c.Volume),
+		attrQuote:     sumAttr(c.QuoteVolume),
 		attrTrades:    numAttr(c.Trades),
 		attrGap:       &types.AttributeValueMemberBOOL{Value: c.Gap},
 	}
@@ -243,6 +247,18 @@ func (d *itemDecoder) dec(name string) decimal.Decimal {
 	return x
 }
 
+func (d *itemDecoder) sum(name string) decimal.Sum {
+	s := d.str(name)
+	if d.err != nil {
+		return decimal.Sum{}
+	}
+	x, err := decimal.ParseSum([]byte(s))
+	if err != nil {
+		d.fail(name, "a decimal string")
+	}
+	return x
+}
+
 func (d *itemDecoder) boolean(name string) bool {
 	v, ok := d.item[name].(*types.AttributeValueMemberBOOL)
 	if !ok {
@@ -264,8 +280,8 @@ func itemCandle(item map[string]types.AttributeValue) (candle.Candle, error) {
 		High:        d.dec(attrHigh),
 		Low:         d.dec(attrLow),
 		Close:       d.dec(attrClose),
-		Volume:      d.dec(attrVolume),
-		QuoteVolume: d.dec(attrQuote),
+		Volume:      d.sum(attrVolume),
+		QuoteVolume: d.sum(attrQuote),
 		Trades:      d.num(attrTrades),
 		Gap:         d.boolean(attrGap),
 	}

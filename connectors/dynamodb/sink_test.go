@@ -49,7 +49,7 @@ func TestCandleHistoryRedelivery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != cs[i] {
+			if !got.Equal(&cs[i]) {
 				t.Fatalf("%s item %d:\n got %+v\nwant %+v", pk, i, got, cs[i])
 			}
 			if sk := it["sk"].(*types.AttributeValueMemberN).Value; sk != strconv.FormatInt(cs[i].OpenTime, 10) {

@@ -27,7 +27,7 @@ func (c cannedHTTP) Do(req *http.Request) (*http.Response, error) {
 	}, nil
 }
 
-func frame(t *testing.T, headers map[string]string, payload string) []byte {
+func frame(t testing.TB, headers map[string]string, payload string) []byte {
 	t.Helper()
 	var m eventstream.Message
 	for _, k := range []string{messageTypeHeader, eventTypeHeader, ":exception-type", contentTypeHeader} {
@@ -43,7 +43,7 @@ func frame(t *testing.T, headers map[string]string, payload string) []byte {
 	return b.Bytes()
 }
 
-func shardEvent(t *testing.T, seq string) []byte {
+func shardEvent(t testing.TB, seq string) []byte {
 	return frame(t, map[string]string{messageTypeHeader: "event", eventTypeHeader: "SubscribeToShardEvent", contentTypeHeader: "application/json"},
 		`{"ContinuationSequenceNumber":"`+seq+`","MillisBehindLatest":7,"Records":[{"Data":"aGk=","PartitionKey":"k","SequenceNumber":"`+seq+`","ApproximateArrivalTimestamp":1700000000}]}`)
 }

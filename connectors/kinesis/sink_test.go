@@ -88,7 +88,7 @@ func testSinkPartialFailures(t *testing.T, e *env) {
 			px := decimal.MustParse(strconv.Itoa(100+i) + ".1")
 			all = append(all, candle.Candle{
 				Symbol: "SYM" + strconv.Itoa(k), Timeframe: "1m", OpenTime: int64(i) * 60000, CloseTime: int64(i+1) * 60000,
-				Open: px, High: px, Low: px, Close: px, Volume: decimal.MustParse("0.3"), QuoteVolume: decimal.MustParse("30.03"), Trades: 3,
+				Open: px, High: px, Low: px, Close: px, Volume: decimal.MustParseSum("0.3"), QuoteVolume: decimal.MustParseSum("30.03"), Trades: 3,
 			})
 		}
 	}

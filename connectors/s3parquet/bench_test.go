@@ -51,7 +51,7 @@ func benchWrite(b *testing.B, cfg Config) {
 	for i := range cs {
 		o := start + int64(i/nsym)*60_000
 		cs[i] = candle.Candle{Symbol: fmt.Sprintf("SYM%02d/USDT", i%nsym), Timeframe: "1m", OpenTime: o, CloseTime: o + 60_000,
-			Open: px, High: px, Low: px, Close: px, Volume: decimal.FromInt(int64(i)), QuoteVolume: px, Trades: int64(i)}
+			Open: px, High: px, Low: px, Close: px, Volume: decimal.SumOf(decimal.FromInt(int64(i))), QuoteVolume: decimal.SumOf(px), Trades: int64(i)}
 	}
 	b.ResetTimer()
 	t0 := time.Now()

@@ -36,16 +36,24 @@
 //
 //	symbol, timeframe          STRING (dictionary encoded)
 //	open_time, close_time      INT64 TIMESTAMP(MILLIS, isAdjustedToUTC=true)
-//	open, high, low, close,
-//	volume, quote_volume       FIXED_LEN_BYTE_ARRAY(16) DECIMAL(38,18)
+//	open, high, low, close     FIXED_LEN_BYTE_ARRAY(16) DECIMAL(38,18)
+//	volume, quote_volume       STRING (exact decimal text)
 //	trades                     INT64
 //	gap                        BOOLEAN
 //
-// Decimals are package decimal's 128-bit unscaled value (×10^18) as 16 bytes
+// Prices are package decimal's 128-bit unscaled value (×10^18) as 16 bytes
 // of big-endian two's complement. Scale 18 is decimal's own, so reading a
-// file back is exact. Precision 38 holds magnitudes below 10^20; a
-// decimal.Decimal reaches 1.7e20, so Write rejects (RejectedError) a candle
-// with a value of 10^20 or more instead of writing a file readers misread.
+// file back is exact. Precision 38 holds magnitudes below 10^20, which is
+// every price kandle accepts; Write still rejects (RejectedError) a candle
+// with a price of 10^20 or more instead of writing a file readers misread.
+//
+// Volumes are exact sums that may need up to 36 decimal places (a quote
+// volume keeps every digit of price × qty) and more than 38 digits, which no
+// Parquet DECIMAL that common readers support can hold, so they are stored
+// as plain decimal text ("515399.785058469582700587000000000000000001").
+// Read them as text, or CAST them to a DECIMAL or DOUBLE when approximate
+// values are enough. Files written before this layout (volumes as
+// DECIMAL(38,18)) are still read (see Decode).
 //
 // # Flushing
 //

@@ -1,6 +1,7 @@
 package s3parquet
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
@@ -28,7 +31,7 @@ SELECT 't', 0, to_json(y)::VARCHAR FROM (
 	SELECT typeof(symbol) AS symbol, typeof(timeframe) AS timeframe, typeof(open_time) AS open_time,
 		typeof(close_time) AS close_time, typeof(open) AS open, typeof(high) AS high, typeof(low) AS low,
 		typeof(close) AS close, typeof(volume) AS volume, typeof(quote_volume) AS quote_volume,
-		typeof(trades) AS trades, typeof(gap) AS gap, (SELECT sum(volume)::VARCHAR FROM t) AS sum FROM t LIMIT 1) y
+		typeof(trades) AS trades, typeof(gap) AS gap, (SELECT sum(close)::VARCHAR FROM t) AS sum FROM t LIMIT 1) y
 UNION ALL
 SELECT 's', 0, to_json(z)::VARCHAR FROM (
 	SELECT s.name, s.type, s.type_length::VARCHAR AS len, s.logical_type::VARCHAR AS logical,
@@ -59,9 +62,15 @@ func TestDuckDB(t *testing.T) {
 			want = append(want, c)
 		}
 	}
-	// One value at the edge of DECIMAL(38,18) and one negative.
-	want[7].QuoteVolume = decimal.MustParse("99999999999999999999.999999999999999999")
+	// Prices at the edges of DECIMAL(38,18) and one negative; the issue's
+	// exact quote volumes: 36 places, and more digits than any DECIMAL(38).
+	want[7].High = decimal.MustParse("99999999999999999999.999999999999999999")
 	want[8].Low = decimal.MustParse("-0.000000000000000001")
+	want[9].Low = decimal.MustParse("0.000000000000000001")
+	want[5].QuoteVolume = decimal.MustParseSum("515399.785058469582700587000000000000000001")
+	want[6].Volume = decimal.MustParseSum("340282366920938463463.374607431768211454")
+	want[6].QuoteVolume = decimal.MustParseSum("57896044618658097711551615169109354219337.741413091334446874")
+	want[10].QuoteVolume = decimal.MustParseSum("0.000000000000000000000000000000000001")
 	if err := s.Write(ctx, want); err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +133,17 @@ func TestDuckDB(t *testing.T) {
 			}
 			return n
 		}
+		sum := func(s string) decimal.Sum {
+			d, err := decimal.ParseSum([]byte(s))
+			if err != nil {
+				t.Fatalf("row %d: decimal %q: %v", i, s, err)
+			}
+			return d
+		}
 		got := candle.Candle{Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: num(r.O), CloseTime: num(r.C),
-			Open: dec(r.Op), High: dec(r.Hi), Low: dec(r.Lo), Close: dec(r.Cl), Volume: dec(r.V), QuoteVolume: dec(r.Q),
+			Open: dec(r.Op), High: dec(r.Hi), Low: dec(r.Lo), Close: dec(r.Cl), Volume: sum(r.V), QuoteVolume: sum(r.Q),
 			Trades: num(r.N), Gap: r.Gap}
-		if got != want[i] {
+		if !got.Equal(&want[i]) {
 			t.Fatalf("row %d: duckdb says\n %+v\nwant\n %+v\n(%s)", i, got, want[i], line)
 		}
 	}
@@ -140,17 +156,17 @@ func TestDuckDB(t *testing.T) {
 	for col, w := range map[string]string{"symbol": "VARCHAR", "timeframe": "VARCHAR",
 		"open_time": "TIMESTAMP WITH TIME ZONE", "close_time": "TIMESTAMP WITH TIME ZONE",
 		"open": "DECIMAL(38,18)", "high": "DECIMAL(38,18)", "low": "DECIMAL(38,18)", "close": "DECIMAL(38,18)",
-		"volume": "DECIMAL(38,18)", "quote_volume": "DECIMAL(38,18)", "trades": "BIGINT", "gap": "BOOLEAN"} {
+		"volume": "VARCHAR", "quote_volume": "VARCHAR", "trades": "BIGINT", "gap": "BOOLEAN"} {
 		if types[col] != w {
 			t.Errorf("column %s: duckdb type %q, want %q", col, types[col], w)
 		}
 	}
 	var sum decimal.Decimal
 	for _, c := range want {
-		sum, _ = sum.Add(c.Volume)
+		sum, _ = sum.Add(c.Close)
 	}
 	if d, err := decimal.Parse([]byte(types["sum"])); err != nil || d != sum {
-		t.Errorf("duckdb sum(volume) = %s, want %s", types["sum"], sum)
+		t.Errorf("duckdb sum(close) = %s, want %s", types["sum"], sum)
 	}
 
 	// The Parquet schema (physical and logical types) and codecs.
@@ -165,7 +181,12 @@ func TestDuckDB(t *testing.T) {
 			t.Errorf("column %s compressed with %q, want ZSTD", m["name"], m["codecs"])
 		}
 	}
-	for _, col := range []string{"open", "high", "low", "close", "volume", "quote_volume"} {
+	for _, col := range []string{"volume", "quote_volume"} {
+		if m := schema[col]; m["type"] != "BYTE_ARRAY" || !strings.Contains(m["logical"], "StringType") {
+			t.Errorf("parquet_schema %s = %v, want BYTE_ARRAY STRING (exact decimal text)", col, m)
+		}
+	}
+	for _, col := range []string{"open", "high", "low", "close"} {
 		m := schema[col]
 		if m["type"] != "FIXED_LEN_BYTE_ARRAY" || m["len"] != "16" || m["scale"] != "18" || m["precision"] != "38" ||
 			!strings.Contains(m["logical"], "DecimalType") {
@@ -212,4 +233,31 @@ func contains(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// Files written before volumes became exact text (every decimal a
+// DECIMAL(38,18)) still decode, so merging into an older day keeps it.
+func TestDecodeV1Layout(t *testing.T) {
+	want := gen("OLD")[:3]
+	old := make([]rowV1, len(want))
+	for i, c := range want {
+		v, _ := c.Volume.Decimal()
+		q, _ := c.QuoteVolume.Decimal()
+		old[i] = rowV1{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
+			Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
+			Volume: enc128(v), QuoteVolume: enc128(q), Trades: c.Trades, Gap: c.Gap}
+	}
+	var buf bytes.Buffer
+	if err := parquet.Write(&buf, old); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(buf.Bytes())
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("Decode(v1) = %d candles, %v", len(got), err)
+	}
+	for i := range got {
+		if !got[i].Equal(&want[i]) {
+			t.Fatalf("row %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
 }

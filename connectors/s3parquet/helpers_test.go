@@ -139,10 +139,10 @@ func gen(symbols ...string) []candle.Candle {
 				hi, _ := px.Add(decimal.MustParse("12.5"))
 				lo, _ := px.Sub(decimal.MustParse("0.000000000000000001"))
 				c := candle.Candle{Symbol: sym, Timeframe: tf, OpenTime: o, CloseTime: t.End(o),
-					Open: px, High: hi, Low: lo, Close: px, Volume: vol, QuoteVolume: vol,
+					Open: px, High: hi, Low: lo, Close: px, Volume: decimal.SumOf(vol), QuoteVolume: decimal.SumOf(vol),
 					Trades: n % 50, Gap: n%50 == 0}
 				if c.Gap {
-					c.Volume, c.QuoteVolume, c.High, c.Low = decimal.Zero, decimal.Zero, px, px
+					c.Volume, c.QuoteVolume, c.High, c.Low = decimal.Sum{}, decimal.Sum{}, px, px
 				}
 				cs = append(cs, c)
 			}
@@ -201,7 +201,7 @@ func checkObjects(t testing.TB, objects map[string][]byte, want map[string][]can
 			continue
 		}
 		for i := range got {
-			if got[i] != wcs[i] {
+			if !got[i].Equal(&wcs[i]) {
 				t.Errorf("%s row %d:\n got %+v\nwant %+v", k, i, got[i], wcs[i])
 				break
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kandle/kandle/decimal"
 	"io"
 	"io/fs"
 	"os"
@@ -309,6 +310,7 @@ func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partiti
 		for i := range cs {
 			cs[i].Symbol, cs[i].Timeframe = symbol, tf
 		}
+		var badSum error
 		for ci, col := range idx {
 			err := readColumn(rg.ColumnChunks()[col], func(i int, v parquet.Value) {
 				if i >= len(cs) {
@@ -329,15 +331,18 @@ func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partiti
 				case 5:
 					c.Close = dec128(fixed16(v))
 				case 6:
-					c.Volume = dec128(fixed16(v))
+					c.Volume, badSum = volumeOf(v, badSum)
 				case 7:
-					c.QuoteVolume = dec128(fixed16(v))
+					c.QuoteVolume, badSum = volumeOf(v, badSum)
 				case 8:
 					c.Trades = v.Int64()
 				case 9:
 					c.Gap = v.Boolean()
 				}
 			})
+			if err == nil && badSum != nil {
+				err = fmt.Errorf("%w: %w", errCorrupt, badSum)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("s3parquet: %s column %s: %w", key, candleColumns[ci], err)
 			}
@@ -399,4 +404,18 @@ func readColumn(cc parquet.ColumnChunk, fn func(i int, v parquet.Value)) error {
 		}
 		parquet.Release(p)
 	}
+}
+
+// volumeOf reads a volume column value: exact decimal text (the current
+// layout) or DECIMAL(38,18) (files written before exact wide volumes). A
+// value that does not parse sets the returned error (the first one wins).
+func volumeOf(v parquet.Value, bad error) (decimal.Sum, error) {
+	if v.Kind() == parquet.FixedLenByteArray {
+		return decimal.SumOf(dec128(fixed16(v))), bad
+	}
+	s, err := decimal.ParseSum(v.ByteArray())
+	if err != nil && bad == nil {
+		bad = fmt.Errorf("volume %q: %w", v.ByteArray(), err)
+	}
+	return s, bad
 }

@@ -22,6 +22,24 @@ type row struct {
 	High        [16]byte `parquet:"high,decimal(18:38)"`
 	Low         [16]byte `parquet:"low,decimal(18:38)"`
 	Close       [16]byte `parquet:"close,decimal(18:38)"`
+	Volume      string   `parquet:"volume"`       // exact decimal text: may exceed DECIMAL(38,18)
+	QuoteVolume string   `parquet:"quote_volume"` // exact decimal text, up to 36 places
+	Trades      int64    `parquet:"trades"`
+	Gap         bool     `parquet:"gap"`
+}
+
+// rowV1 is the layout of files written before exact wide volumes (every
+// decimal a DECIMAL(38,18)); Decode still reads them, so a sink merging
+// into an older day's file keeps its candles.
+type rowV1 struct {
+	Symbol      string   `parquet:"symbol,dict"`
+	Timeframe   string   `parquet:"timeframe,dict"`
+	OpenTime    int64    `parquet:"open_time,timestamp(millisecond:utc)"`
+	CloseTime   int64    `parquet:"close_time,timestamp(millisecond:utc)"`
+	Open        [16]byte `parquet:"open,decimal(18:38)"`
+	High        [16]byte `parquet:"high,decimal(18:38)"`
+	Low         [16]byte `parquet:"low,decimal(18:38)"`
+	Close       [16]byte `parquet:"close,decimal(18:38)"`
 	Volume      [16]byte `parquet:"volume,decimal(18:38)"`
 	QuoteVolume [16]byte `parquet:"quote_volume,decimal(18:38)"`
 	Trades      int64    `parquet:"trades"`
@@ -44,15 +62,29 @@ func toRow(c *candle.Candle) row {
 	return row{
 		Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
 		Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
-		Volume: enc128(c.Volume), QuoteVolume: enc128(c.QuoteVolume), Trades: c.Trades, Gap: c.Gap,
+		Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap,
 	}
 }
 
-func fromRow(r *row) candle.Candle {
+func fromRow(r *row) (candle.Candle, error) {
+	v, err1 := decimal.ParseSum([]byte(r.Volume))
+	q, err2 := decimal.ParseSum([]byte(r.QuoteVolume))
+	if err := errors.Join(err1, err2); err != nil {
+		return candle.Candle{}, fmt.Errorf("%w: volume %q, quote_volume %q: %w", errCorrupt, r.Volume, r.QuoteVolume, err)
+	}
 	return candle.Candle{
 		Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: r.OpenTime, CloseTime: r.CloseTime,
 		Open: dec128(r.Open), High: dec128(r.High), Low: dec128(r.Low), Close: dec128(r.Close),
-		Volume: dec128(r.Volume), QuoteVolume: dec128(r.QuoteVolume), Trades: r.Trades, Gap: r.Gap,
+		Volume: v, QuoteVolume: q, Trades: r.Trades, Gap: r.Gap,
+	}, nil
+}
+
+func fromRowV1(r *rowV1) candle.Candle {
+	return candle.Candle{
+		Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: r.OpenTime, CloseTime: r.CloseTime,
+		Open: dec128(r.Open), High: dec128(r.High), Low: dec128(r.Low), Close: dec128(r.Close),
+		Volume: decimal.SumOf(dec128(r.Volume)), QuoteVolume: decimal.SumOf(dec128(r.QuoteVolume)),
+		Trades: r.Trades, Gap: r.Gap,
 	}
 }
 
@@ -94,13 +126,30 @@ var errCorrupt = errors.New("not a readable candle parquet file")
 // Decode reads a Parquet file written by this package back into candles,
 // exactly (decimals included), in file order.
 func Decode(data []byte) ([]candle.Candle, error) {
+	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
+	}
+	if col, ok := f.Schema().Lookup("volume"); ok && col.Node.Type().Kind() == parquet.FixedLenByteArray {
+		old, err := parquet.Read[rowV1](bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errCorrupt, err)
+		}
+		cs := make([]candle.Candle, len(old))
+		for i := range old {
+			cs[i] = fromRowV1(&old[i])
+		}
+		return cs, nil
+	}
 	rows, err := parquet.Read[row](bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 	}
 	cs := make([]candle.Candle, len(rows))
 	for i := range rows {
-		cs[i] = fromRow(&rows[i])
+		if cs[i], err = fromRow(&rows[i]); err != nil {
+			return nil, err
+		}
 	}
 	return cs, nil
 }

@@ -281,9 +281,10 @@ func TestRejected(t *testing.T) {
 	}
 	good := gen("OK")[:3]
 	huge := good[0]
-	huge.Symbol, huge.QuoteVolume = "HUGE", decimal.MustParse("100000000000000000000")
+	huge.Symbol, huge.High = "HUGE", decimal.MustParse("100000000000000000000")
 	edge := good[1]
-	edge.Symbol, edge.QuoteVolume = "EDGE", decimal.MustParse("99999999999999999999.999999999999999999")
+	edge.Symbol, edge.High = "EDGE", decimal.MustParse("99999999999999999999.999999999999999999")
+	edge.QuoteVolume = decimal.MustParseSum("57896044618658097711551615169109354219337.741413091334446874") // text: any size
 	noSym := good[0]
 	noSym.Symbol = ""
 	badTF := good[0]

@@ -70,7 +70,7 @@ func hgetall(t testing.TB, c valkey.Client, key string) map[string]string {
 func mk(sym string, n int64, o, h, l, c, v, q string, trades int64) candle.Candle {
 	return candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: n * minute, CloseTime: (n + 1) * minute,
 		Open: decimal.MustParse(o), High: decimal.MustParse(h), Low: decimal.MustParse(l), Close: decimal.MustParse(c),
-		Volume: decimal.MustParse(v), QuoteVolume: decimal.MustParse(q), Trades: trades}
+		Volume: decimal.MustParseSum(v), QuoteVolume: decimal.MustParseSum(q), Trades: trades}
 }
 
 // pubMsg is a published candle.

@@ -55,9 +55,8 @@ func (p *processor) apply(tr candle.Trade) candle.Candle {
 		c.Low = tr.Price
 	}
 	c.Close = tr.Price
-	c.Volume, _ = c.Volume.Add(tr.Qty)
-	pq, _ := tr.Price.Mul(tr.Qty)
-	c.QuoteVolume, _ = c.QuoteVolume.Add(pq)
+	c.Volume = c.Volume.AddDecimal(tr.Qty)
+	c.QuoteVolume = c.QuoteVolume.Add(decimal.Product(tr.Price, tr.Qty))
 	c.Trades++
 	return *c
 }

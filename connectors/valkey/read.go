@@ -77,8 +77,16 @@ func hashCandle(symbol, tf string, m map[string]string) (candle.Candle, error) {
 	for _, f := range []struct {
 		name string
 		dst  *decimal.Decimal
-	}{{"o", &c.Open}, {"h", &c.High}, {"l", &c.Low}, {"c", &c.Close}, {"v", &c.Volume}, {"q", &c.QuoteVolume}} {
+	}{{"o", &c.Open}, {"h", &c.High}, {"l", &c.Low}, {"c", &c.Close}} {
 		if *f.dst, err = decimal.Parse([]byte(m[f.name])); err != nil {
+			return c, fmt.Errorf("field %s %q: %w", f.name, m[f.name], err)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		dst  *decimal.Sum
+	}{{"v", &c.Volume}, {"q", &c.QuoteVolume}} {
+		if *f.dst, err = decimal.ParseSum([]byte(m[f.name])); err != nil {
 			return c, fmt.Errorf("field %s %q: %w", f.name, m[f.name], err)
 		}
 	}

@@ -26,7 +26,7 @@ func TestReader(t *testing.T) {
 	defer r.Close()
 	c := candle.Candle{Symbol: "BTC/USDT", Timeframe: "1m", OpenTime: 10 * minute, CloseTime: 11 * minute,
 		Open: decimal.MustParse("1.5"), High: decimal.MustParse("2.000000000000000001"), Low: decimal.MustParse("1"),
-		Close: decimal.MustParse("1.25"), Volume: decimal.MustParse("0.3"), QuoteVolume: decimal.MustParse("0.45"), Trades: 3}
+		Close: decimal.MustParse("1.25"), Volume: decimal.MustParseSum("0.3"), QuoteVolume: decimal.MustParseSum("0.45"), Trades: 3}
 	s.Active(c)
 	if err := s.FlushActive(ctx); err != nil {
 		t.Fatal(err)

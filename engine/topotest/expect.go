@@ -67,12 +67,22 @@ func parseWantCandle(n *yaml.Node) (wantCandle, error) {
 			w.c.OpenTime, err = parseTime(v)
 		case fCloseTime:
 			w.c.CloseTime, err = parseTime(v)
-		case fOpen, fHigh, fLow, fClose, fVolume, fQuoteVolume:
+		case fOpen, fHigh, fLow, fClose:
 			var d decimal.Decimal
 			if d, err = decimal.Parse([]byte(v.Value)); err != nil {
 				err = errAt(v, "%s: %q is not a decimal number", k.Value, v.Value)
 			}
 			*w.dec(bit) = d
+		case fVolume, fQuoteVolume:
+			var s decimal.Sum
+			if s, err = decimal.ParseSum([]byte(v.Value)); err != nil {
+				err = errAt(v, "%s: %q is not a decimal number", k.Value, v.Value)
+			}
+			if bit == fVolume {
+				w.c.Volume = s
+			} else {
+				w.c.QuoteVolume = s
+			}
 		case fTrades:
 			if w.c.Trades, err = strconv.ParseInt(v.Value, 10, 64); err != nil || w.c.Trades < 0 {
 				err = errAt(v, "trades must be a whole number ≥ 0, not %q", v.Value)
@@ -98,12 +108,8 @@ func (w *wantCandle) dec(bit int) *decimal.Decimal {
 		return &w.c.High
 	case fLow:
 		return &w.c.Low
-	case fClose:
-		return &w.c.Close
-	case fVolume:
-		return &w.c.Volume
 	}
-	return &w.c.QuoteVolume
+	return &w.c.Close
 }
 
 // mismatches lists the given fields on which got differs.
@@ -122,9 +128,10 @@ func (w *wantCandle) mismatches(got *candle.Candle) []string {
 	for _, d := range []struct {
 		bit       int
 		name      string
-		want, got decimal.Decimal
-	}{{fOpen, "open", c.Open, got.Open}, {fHigh, "high", c.High, got.High}, {fLow, "low", c.Low, got.Low},
-		{fClose, "close", c.Close, got.Close}, {fVolume, "volume", c.Volume, got.Volume},
+		want, got decimal.Sum
+	}{{fOpen, "open", decimal.SumOf(c.Open), decimal.SumOf(got.Open)}, {fHigh, "high", decimal.SumOf(c.High), decimal.SumOf(got.High)},
+		{fLow, "low", decimal.SumOf(c.Low), decimal.SumOf(got.Low)},
+		{fClose, "close", decimal.SumOf(c.Close), decimal.SumOf(got.Close)}, {fVolume, "volume", c.Volume, got.Volume},
 		{fQuoteVolume, "quote_volume", c.QuoteVolume, got.QuoteVolume}} {
 		add(d.bit, d.name, d.want.String(), d.got.String(), d.want.Cmp(d.got) == 0)
 	}
