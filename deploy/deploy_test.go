@@ -423,7 +423,7 @@ func TestStatefulSet(t *testing.T) {
 		t.Errorf("-state-dir %s is not the mount of volume claim %s", flags["state-dir"], claim)
 	}
 
-	// Readiness on /healthz of the metrics port, which listens beyond loopback.
+	// Probes on the metrics port, which listens beyond loopback.
 	_, port, _ := strings.Cut(flags["metrics"], ":")
 	if h, _, _ := strings.Cut(flags["metrics"], ":"); h != "0.0.0.0" && h != "" {
 		t.Errorf("-metrics %s: the kubelet and Prometheus cannot reach a loopback address", flags["metrics"])
@@ -437,11 +437,16 @@ func TestStatefulSet(t *testing.T) {
 	if containerPort != port {
 		t.Errorf("container port metrics is %q, -metrics listens on %q", containerPort, port)
 	}
-	if p := str(t, c, "readinessProbe", "httpGet", "path"); p != "/healthz" {
-		t.Errorf("readiness probe path %s, want /healthz", p)
-	}
-	if p := str(t, c, "readinessProbe", "httpGet", "port"); p != "metrics" {
-		t.Errorf("readiness probe port %s, want metrics", p)
+	// Readiness is /readyz (partitions restored, sinks reachable, lag low),
+	// liveness /healthz (the loops turn): a pod whose store is down leaves
+	// the Service but is not restarted.
+	for _, pr := range []struct{ probe, path string }{{"readinessProbe", "/readyz"}, {"livenessProbe", "/healthz"}} {
+		if p := str(t, c, pr.probe, "httpGet", "path"); p != pr.path {
+			t.Errorf("%s path %s, want %s", pr.probe, p, pr.path)
+		}
+		if p := str(t, c, pr.probe, "httpGet", "port"); p != "metrics" {
+			t.Errorf("%s port %s, want metrics", pr.probe, p)
+		}
 	}
 	if cpu := str(t, c, "resources", "requests", "cpu"); cpu != "2" {
 		t.Errorf("cpu request %s, want 2", cpu)

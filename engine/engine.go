@@ -14,6 +14,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/connectors/sinkkit"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
 	"github.com/kandle/kandle/topology"
@@ -61,6 +62,9 @@ type Engine struct {
 	only           map[string]bool
 	devBroker      *kafka.DevBroker
 	devListen      string
+	health         *health
+	readyLag       int64
+	stallAfter     time.Duration
 }
 
 // Option configures an Engine.
@@ -96,6 +100,15 @@ func WithTransactionTimeout(d time.Duration) Option { return func(e *Engine) { e
 
 // WithSessionTimeout sets the consumer group session timeout (default 10s).
 func WithSessionTimeout(d time.Duration) Option { return func(e *Engine) { e.sessionTimeout = d } }
+
+// WithReadyLag sets how many input records a stage or sink may be behind
+// its partitions' high watermarks and still answer ready (default
+// DefaultReadyLag).
+func WithReadyLag(records int64) Option { return func(e *Engine) { e.readyLag = records } }
+
+// WithStallAfter sets how long a stage or sink loop may go without a turn
+// before the engine counts as not alive (default DefaultStallAfter).
+func WithStallAfter(d time.Duration) Option { return func(e *Engine) { e.stallAfter = d } }
 
 // WithSink attaches the connector instance of the topology sink name.
 func WithSink(name string, s CandleSink) Option { return func(e *Engine) { e.sinks[name] = s } }
@@ -136,6 +149,22 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 	}
 	if e.m, err = newMetrics(e.reg); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if e.health, err = newHealth(e.reg, e.clock.Now); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	if e.readyLag > 0 {
+		e.health.maxLag = e.readyLag
+	}
+	if e.stallAfter > 0 {
+		e.health.stall = e.stallAfter
+	}
+	e.health.onChange = func(ready bool, why string) {
+		if ready {
+			e.log.Info("ready")
+		} else {
+			e.log.Warn("not ready", "why", why)
+		}
 	}
 	if len(e.brokers) == 0 && !t.Brokers.Embedded() {
 		e.brokers = t.Brokers
@@ -206,7 +235,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.store = store
 	defer store.Close()
-	if err := e.ensureTopics(ctx); err != nil {
+	if err := e.waitForBrokers(ctx); err != nil {
 		return err
 	}
 	if err := e.checkFingerprints(ctx); err != nil { // see fingerprint.go: never mix state of two definitions
@@ -218,6 +247,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	var mu sync.Mutex
 	var errs []error
 	start := func(name string, run func(context.Context) error) {
+		e.health.moved(name, "", nil) // not in sync before its first turn
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -263,6 +293,21 @@ func (e *Engine) Run(ctx context.Context) error {
 		}
 		start("sink "+name, ss.run)
 	}
+	e.health.started()
+	wg.Add(1)
+	go func() { // keeps kandle_ready and the "not ready" log current between probes
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			e.health.status()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 	e.log.Info("kandle running", "topology", e.top.Name, "instance", e.instance, "brokers", e.brokers)
 	<-ctx.Done()
 	wg.Wait()
@@ -282,6 +327,31 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	cw.Wait()
 	return errors.Join(errs...)
+}
+
+// Status answers the health probes: alive while every stage and sink loop
+// turns, ready once the loops are running, their partitions assigned and
+// restored, every sink's store reachable and no loop further behind than
+// the ready lag. Reasons say what is missing.
+func (e *Engine) Status() Status { return e.health.status() }
+
+// waitForBrokers creates the topology's topics, waiting (not ready) while
+// the brokers cannot be reached: an instance may start before Kafka does.
+// Errors a broker sends back (authentication, authorization) stop Run.
+func (e *Engine) waitForBrokers(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := e.ensureTopics(ctx)
+		if err == nil || !sinkkit.Unreachable(err) || ctx.Err() != nil {
+			return err
+		}
+		why := fmt.Sprintf("brokers %v unreachable: %v", e.brokers, err)
+		e.health.notRunning(why)
+		e.health.status()
+		e.log.Warn("waiting for the brokers", "brokers", e.brokers, "attempt", attempt+1, "err", err)
+		if err := sinkkit.Sleep(ctx, sinkkit.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)); err != nil {
+			return err
+		}
+	}
 }
 
 // ensureTopics creates every topic the topology uses that does not exist.

@@ -139,7 +139,7 @@ func (s *sinkStage) writeEvents(ctx context.Context, events [][]byte) error {
 	if len(events) == 0 {
 		return nil
 	}
-	if err := retry(ctx, s.log, "write events", func() error { return s.events.WriteEvents(ctx, events) }); err != nil {
+	if err := s.retry(ctx, "write events", func() error { return s.events.WriteEvents(ctx, events) }); err != nil {
 		return err
 	}
 	s.e.m.sinkWritten.WithLabelValues(s.name).Add(float64(len(events)))

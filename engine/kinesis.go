@@ -125,6 +125,7 @@ func (k *kinesisStage) tickLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		k.e.health.beat(k.spec.Name, true) // shard leases restore as they are taken
 		k.mu.Lock()
 		shards := make([]*shardState, 0, len(k.shards))
 		for _, sh := range k.shards {

@@ -22,6 +22,7 @@ import (
 
 const kinesisReplayTopology = `
 name: kinrange
+brokers: embedded
 metrics: ""
 sources:
   ticks:

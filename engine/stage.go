@@ -267,6 +267,7 @@ func (s *liveStage) loop(ctx context.Context) error {
 			}
 		}
 		s.publishActive()
+		s.e.health.turn(s.spec.Name, s.sess.Client(), fetches)
 		if s.inTxn && time.Since(s.txnStart) >= interval {
 			if err := s.commit(ctx); err != nil {
 				return err
@@ -375,6 +376,7 @@ func (s *liveStage) handleEvents(ctx context.Context) error {
 		}
 	}
 	if len(revoked)+len(assigned) > 0 {
+		s.e.health.moved(s.spec.Name, s.spec.InputTopic, revoked)
 		s.log.Info("partitions moved", "assigned", assigned, "revoked", revoked, "owned", len(s.parts))
 		s.e.m.owned.WithLabelValues(s.spec.Name).Set(float64(len(s.parts)))
 	}

@@ -120,7 +120,8 @@ func BenchmarkAPIColdMonth(b *testing.B) {
 	if _, err := raw.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("lake")}); err != nil {
 		b.Fatal(err)
 	}
-	lake := s3parquet.Config{URL: "s3://lake/candles", Endpoint: srv.URL, PathStyle: true, AccessKeyID: "test", SecretAccessKey: "test"}
+	lake := s3parquet.Config{URL: "s3://lake/candles", Endpoint: srv.URL, PathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
 	sink, err := s3parquet.New(ctx, lake, s3parquet.WithLogger(quiet()))
 	if err != nil {
 		b.Fatal(err)

@@ -32,10 +32,16 @@ type Store struct {
 }
 
 // Open opens (creating if needed) the store in dir; dir "" keeps it in memory.
+// The directory and every file in it are private to the user (0700, 0600).
 func Open(dir string, log *slog.Logger) (*Store, error) {
 	opts := &pebble.Options{Logger: pebbleLogger{log}}
 	if dir == "" {
 		opts.FS = vfs.NewMem()
+	} else {
+		if err := privateDir(dir); err != nil {
+			return nil, err
+		}
+		opts.FS = privateFS{vfs.Default}
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {

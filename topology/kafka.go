@@ -71,24 +71,33 @@ func (c *checker) kafka() {
 		if spec.Value(sasl, "mechanism") != nil {
 			return // an empty or invalid value: reported by the decoder
 		}
-		for _, f := range []struct{ key, val string }{{"username", s.Username}, {"password_env", s.PasswordEnv}} {
+		for _, f := range []struct{ key, val string }{{"username", s.Username}, {"password_env", s.PasswordEnv}, {"password_file", s.PasswordFile}} {
 			if f.val != "" {
 				c.report(c.at("kafka", "sasl", f.key), "kafka.sasl.%s: has no effect without a mechanism; add mechanism: plain, scram-sha-256 or scram-sha-512 to kafka.sasl", f.key)
 			}
+		}
+		if s.AllowPlaintext {
+			c.report(c.at("kafka", "sasl", "allow_plaintext"), "kafka.sasl.allow_plaintext: has no effect without a mechanism; remove it")
 		}
 	case "plain", "scram-sha-256", "scram-sha-512":
 		if s.Username == "" {
 			c.report(sasl, "kafka.sasl: mechanism %s needs username (add username: <user>; on Confluent Cloud the API key)", s.Mechanism)
 		}
 		switch {
+		case s.PasswordEnv != "" && s.PasswordFile != "":
+			c.report(c.at("kafka", "sasl", "password_file"), "kafka.sasl.password_file: set password_env or password_file, not both")
+		case s.PasswordFile != "":
 		case s.PasswordEnv == "":
-			c.report(sasl, "kafka.sasl: mechanism %s needs password_env, the name of the environment variable holding the password (add password_env: KAFKA_PASSWORD and export KAFKA_PASSWORD)", s.Mechanism)
+			c.report(sasl, "kafka.sasl: mechanism %s needs password_env, the name of the environment variable holding the password (add password_env: KAFKA_PASSWORD and export KAFKA_PASSWORD), or password_file, a file holding it", s.Mechanism)
 		case !envName.MatchString(s.PasswordEnv):
 			// Never echo the value: it may be the password itself.
 			c.report(c.at("kafka", "sasl", "password_env"), "kafka.sasl.password_env: the value is not an environment variable name (letters, digits and _, not starting with a digit); write the NAME of the variable that holds the password, e.g. KAFKA_PASSWORD, never the password itself")
 		}
+		if !tls.Enabled && !s.AllowPlaintext {
+			c.report(c.at("kafka", "sasl", "mechanism"), "kafka.sasl.mechanism: %s without TLS sends the credentials unencrypted; add tls: {enabled: true} to kafka (SASL_SSL listeners), or, only on a trusted private network, add allow_plaintext: true to kafka.sasl", s.Mechanism)
+		}
 	case "aws-msk-iam":
-		for _, f := range []struct{ key, val string }{{"username", s.Username}, {"password_env", s.PasswordEnv}} {
+		for _, f := range []struct{ key, val string }{{"username", s.Username}, {"password_env", s.PasswordEnv}, {"password_file", s.PasswordFile}} {
 			if f.val != "" {
 				c.report(c.at("kafka", "sasl", f.key), "kafka.sasl.%s: aws-msk-iam takes its credentials from the AWS default chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, an IAM role), not from the topology; remove %s", f.key, f.key)
 			}

@@ -43,7 +43,7 @@ func Parse(file string, data []byte, reg Registry) (*Topology, error) {
 		return nil, Problems{syntaxProblem(file, err)}
 	}
 	if len(doc.Content) == 0 {
-		return nil, Problems{{File: file, Line: 1, Col: 1, Msg: "the file is empty: start with name:, sources: and processors: (see docs/reference.md)"}}
+		return nil, Problems{{File: file, Line: 1, Col: 1, Msg: "the file is empty: start with name:, brokers:, sources: and processors: (see docs/reference.md)"}}
 	}
 	if n := expandedSize(&doc, maxExpandedNodes); n > maxExpandedNodes {
 		return nil, Problems{{File: file, Line: 1, Col: 1, Msg: fmt.Sprintf(

@@ -65,19 +65,22 @@ func splitList(s string) []string {
 	return out
 }
 
-// serveMetrics serves /metrics for reg on addr until the process exits.
-func serveMetrics(e *env, addr string, reg *prometheus.Registry) (*http.Server, error) {
+// serveMetrics serves /metrics for reg and the /healthz and /readyz probes
+// of pr on addr until the returned server is closed.
+func serveMetrics(e *env, addr string, reg *prometheus.Registry, pr *probe) (*http.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Addr: addr, Handler: mux}
+	mux.HandleFunc("/healthz", pr.healthz)
+	mux.HandleFunc("/readyz", pr.readyz)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout: httpReadTimeout, WriteTimeout: httpWriteTimeout, IdleTimeout: httpIdleTimeout}
 	ln, err := listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics endpoint %s: %w (set metrics: \"\" in the topology or -metrics to another address)", addr, err)
 	}
 	go func() { _ = srv.Serve(ln) }()
-	e.log.Info("metrics endpoint", "url", "http://"+ln.Addr().String()+"/metrics")
+	e.log.Info("metrics endpoint", "url", "http://"+ln.Addr().String()+"/metrics", "probes", []string{"/healthz", "/readyz"})
 	return srv, nil
 }
 

@@ -35,7 +35,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	duration := fs.Duration("duration", 0, "stop after this long (0 = run until Ctrl-C)")
 	show := fs.String("show", "1m,5m,15m,1h", "timeframes whose closed candles are printed")
 	serveAddr := fs.String("serve", "127.0.0.1:8080", "where the chart page and candle API listen (\"\" turns them off; :0 picks a free port)")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if *duration > 0 {

@@ -33,7 +33,7 @@ func cmdDevBroker(ctx context.Context, e *env, args []string) error {
 		users = append(users, v)
 		return nil
 	})
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {

@@ -32,7 +32,7 @@ func cmdGen(ctx context.Context, e *env, args []string) error {
 	brokers := fs.String("brokers", "", "comma-separated Kafka seed brokers; empty writes JSON lines to stdout")
 	topic := fs.String("topic", "trades", "topic to produce to (with -brokers)")
 	top := fs.String("t", "", "topology YAML whose kafka block (TLS and SASL settings) the producer uses (with -brokers)")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	var kcfg topology.KafkaClient // zero: plaintext, no SASL

@@ -27,6 +27,40 @@ type env struct {
 	stdout, stderr io.Writer
 	log            *slog.Logger
 	logLevel       *slog.LevelVar
+	parseOnly      bool // stop every command right after its flags parsed (the docs' example check)
+}
+
+// errParsed ends a command whose flags parsed when env.parseOnly is set.
+var errParsed = errors.New("flags parsed")
+
+// parse parses a command's flags; with e.parseOnly it then stops the command.
+func (e *env) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if e.parseOnly {
+		return errParsed
+	}
+	return nil
+}
+
+// parseNoArgs is parse for commands that take flags only: a leftover
+// argument (often a topology file without -t) is an error, not ignored.
+func (e *env) parseNoArgs(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		hint := ""
+		if strings.HasSuffix(fs.Arg(0), ".yaml") || strings.HasSuffix(fs.Arg(0), ".yml") {
+			hint = fmt.Sprintf("; name the topology with -t %s", fs.Arg(0))
+		}
+		return fmt.Errorf("unexpected argument %q: kandle %s takes flags only%s (kandle help %s)", fs.Arg(0), fs.Name(), hint, fs.Name())
+	}
+	if e.parseOnly {
+		return errParsed
+	}
+	return nil
 }
 
 func commands() []command {
@@ -54,11 +88,17 @@ func main() {
 }
 
 func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runMain(ctx, args, stdout, stderr, false)
+}
+
+// runMain is realMain; with parseOnly every command stops once its flags
+// parsed (exit 0) or failed to (exit 1), running nothing.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer, parseOnly bool) int {
 	lv := new(slog.LevelVar)
 	if s := os.Getenv("KANDLE_LOG_LEVEL"); s != "" {
 		_ = lv.UnmarshalText([]byte(s))
 	}
-	e := &env{stdout: stdout, stderr: stderr, logLevel: lv,
+	e := &env{stdout: stdout, stderr: stderr, logLevel: lv, parseOnly: parseOnly,
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" && len(args) == 1 {
 		usage(stdout)
@@ -74,7 +114,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			switch {
 			case err == nil:
 				return 0
-			case errors.Is(err, flag.ErrHelp):
+			case errors.Is(err, flag.ErrHelp), errors.Is(err, errParsed):
 				return 0
 			case errors.Is(err, errQuiet):
 				return 1

@@ -25,7 +25,7 @@ func cmdOffsets(ctx context.Context, e *env, args []string) error {
 	reset := fs.String("reset", "", "sink whose consumer group to move (see --to)")
 	to := fs.String("to", "", "RFC 3339 time to move --reset's group to")
 	execute := fs.Bool("execute", false, "apply the --reset plan (default: print it only)")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	t, err := loadTopology(*top)

@@ -60,6 +60,9 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	if err != nil {
 		return err
 	}
+	if e.parseOnly {
+		return errParsed
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	defer func() {

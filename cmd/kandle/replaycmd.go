@@ -34,7 +34,7 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	out := fs.String("out", "topics", "where results go: topics (the topology's output and dead-letter topics), a file path, or - for stdout (JSON lines)")
 	timeout := fs.Duration("timeout", engine.DefaultReplayTimeout, "fail when the brokers give no answer at all for this long (slow answers are waited for)")
 	warmup := fs.Duration("warmup", 0, "history read before a mid-stream --from (default: the longest window of the topology plus its lateness)")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	t, err := loadTopology(*top)

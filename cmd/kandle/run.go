@@ -32,7 +32,9 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	only := fs.String("only", "", "comma-separated processor/sink names to run (default all)")
 	txnTimeout := fs.Duration("transaction-timeout", 10*time.Second, "Kafka transaction timeout: the longest a crashed instance's open transaction can hold back readers")
 	sessionTimeout := fs.Duration("session-timeout", 10*time.Second, "consumer group session timeout: how long a crashed or frozen instance keeps its partitions before the group moves them")
-	if err := fs.Parse(args); err != nil {
+	readyLag := fs.Int64("ready-lag", engine.DefaultReadyLag, "/readyz answers not ready while a stage or sink is more than this many input records behind")
+	stallAfter := fs.Duration("stall-after", engine.DefaultStallAfter, "/healthz answers not alive once a stage or sink loop has not turned for this long")
+	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
 	t, err := loadTopology(*top)
@@ -44,20 +46,22 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if *metrics != "" {
 		addr = *metrics
 	}
+	pr := newProbe()
 	if addr != "" {
-		srv, err := serveMetrics(e, addr, reg)
+		srv, err := serveMetrics(e, addr, reg, pr)
 		if err != nil {
 			return err
 		}
 		defer srv.Close()
 	}
-	sinks, err := buildSinks(ctx, e, t, reg)
+	pr.waiting("connecting to the sinks' stores")
+	sinks, err := buildSinks(ctx, e, t, reg, pr)
 	if err != nil {
 		return err
 	}
 	opts := append(sinks, engine.WithLogger(e.log), engine.WithRegisterer(reg), engine.WithStateDir(*stateDir),
 		engine.WithInstanceID(*instance), engine.WithDevBrokerListen(*listenAddr), engine.WithTransactionTimeout(*txnTimeout),
-		engine.WithSessionTimeout(*sessionTimeout))
+		engine.WithSessionTimeout(*sessionTimeout), engine.WithReadyLag(*readyLag), engine.WithStallAfter(*stallAfter))
 	if b := splitList(*brokers); len(b) > 0 {
 		opts = append(opts, engine.WithBrokers(b))
 	}
@@ -65,7 +69,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 		opts = append(opts, engine.WithOnly(o...))
 	}
 	if *stateDir != "" {
-		if err := os.MkdirAll(*stateDir, 0o755); err != nil {
+		if err := os.MkdirAll(*stateDir, 0o700); err != nil {
 			return err
 		}
 	}
@@ -73,6 +77,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	pr.running(eng)
 	err = eng.Run(ctx)
 	if errors.Is(err, context.Canceled) {
 		return nil

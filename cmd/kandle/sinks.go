@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,6 +15,12 @@ import (
 func sinkRegistry() topology.Registry { return sinks.Registry() }
 
 // buildSinks creates the connectors of t's sinks as engine options.
-func buildSinks(ctx context.Context, e *env, t *topology.Topology, reg prometheus.Registerer) ([]engine.Option, error) {
-	return sinks.Build(ctx, e.log, t, reg)
+// A sink whose store is not reachable yet is waited for; pr (may be nil)
+// reports it not ready meanwhile.
+func buildSinks(ctx context.Context, e *env, t *topology.Topology, reg prometheus.Registerer, pr *probe) ([]engine.Option, error) {
+	return sinks.Build(ctx, e.log, t, reg, func(sink string, err error) {
+		if pr != nil {
+			pr.waiting(fmt.Sprintf("sink %s: store unreachable: %v", sink, err))
+		}
+	})
 }

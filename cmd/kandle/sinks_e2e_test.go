@@ -95,8 +95,6 @@ sinks:
     url: s3://bucket/lake
     endpoint: %[3]s
     path_style: true
-    access_key_id: test
-    secret_access_key: test
     flush_age: 1s
     request_timeout: 2s
     max_backoff: 300ms
@@ -112,20 +110,23 @@ var sxTopics = []string{"sx.1m", "sx.5m", "sx.1h"}
 
 // sxHarness owns the servers and the kandle processes of one test.
 type sxHarness struct {
-	t        *testing.T
-	ctx      context.Context
-	wg       sync.WaitGroup
-	broker   string
-	top      string
-	log      sxBuffer
-	run      <-chan struct{}
-	cancel   context.CancelFunc // stops everything kandle runs
-	runWG    sync.WaitGroup     // kandle run
-	stopRun  context.CancelFunc
-	once     sync.Once
-	stateDir string // kandle run's, kept across its restarts
-	process  bool   // run kandle run as a child process
-	kill     func() // SIGKILL it (process mode)
+	t          *testing.T
+	ctx        context.Context
+	wg         sync.WaitGroup
+	broker     string
+	top        string
+	log        sxBuffer
+	run        <-chan struct{}
+	cancel     context.CancelFunc // stops everything kandle runs
+	runWG      sync.WaitGroup     // kandle run
+	stopRun    context.CancelFunc
+	once       sync.Once
+	stateDir   string   // kandle run's, kept across its restarts
+	process    bool     // run kandle run as a child process
+	runArgs    []string // more flags for kandle run
+	brokerDir  string   // the dev broker's data, kept across its restarts
+	stopBroker func()
+	kill       func() // SIGKILL it (process mode)
 
 	ddbAddr, ddbDir     string
 	ddb                 *testkit.Service
@@ -141,8 +142,8 @@ func newSXHarness(t *testing.T) *sxHarness {
 	h := &sxHarness{t: t, ctx: ctx, cancel: cancel}
 	t.Cleanup(h.shutdown)
 
-	h.broker = fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
-	h.goKandle(h.ctx, &h.wg, "dev-broker", "--listen", h.broker, "--partitions", "3", "--topics", "trades")
+	h.broker, h.brokerDir = fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t)), t.TempDir()
+	h.startBroker()
 	// Dynalite keeps its tables on disk and Redis appends every write, so a
 	// server restarted on the same port and folder has all its data: the
 	// outage checks can then be exact instead of "at least what came after".
@@ -188,6 +189,7 @@ func (h *sxHarness) startRun() {
 	}
 	// A short session lets a killed member's partitions move on sooner.
 	args := []string{"run", "-t", h.top, "-state-dir", h.stateDir, "-instance", "sx", "-session-timeout", "6s"}
+	args = append(args, h.runArgs...)
 	if !h.process {
 		ctx, cancel := context.WithCancel(h.ctx)
 		h.stopRun = cancel
@@ -249,6 +251,14 @@ func (h *sxHarness) running() {
 		h.t.Fatal("kandle run exited early (see its log below)")
 	default:
 	}
+}
+
+// startBroker starts the dev broker on h.broker, keeping its topics in
+// h.brokerDir so a restarted broker has them; stopBroker ends it.
+func (h *sxHarness) startBroker() {
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := h.goKandle(ctx, &h.wg, "dev-broker", "--listen", h.broker, "--partitions", "3", "--topics", "trades", "--data-dir", h.brokerDir)
+	h.stopBroker = func() { cancel(); <-done }
 }
 
 func (h *sxHarness) startDynalite() {

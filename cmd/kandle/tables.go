@@ -30,7 +30,7 @@ func cmdTables(ctx context.Context, e *env, args []string) error {
 	top := topologyFlag(fs)
 	dry := fs.Bool("dry-run", false, "only read: print what would be created or changed, change nothing")
 	only := fs.String("sink", "", "comma-separated dynamodb sink names to provision (default: all of them)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := e.parseNoArgs(fs, args[1:]); err != nil {
 		return err
 	}
 	t, err := loadTopology(*top)

@@ -20,7 +20,7 @@ func cmdTest(_ context.Context, e *env, args []string) error {
 			"testdata/topologies/*_test.yaml. Exits 1 if any test fails.")
 	run := fs.String("run", "", "run only tests whose name (file_test.yaml/test name) matches this regular expression")
 	verbose := fs.Bool("v", false, "print every test and every candle and dead letter it produced")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parse(fs, args); err != nil {
 		return err
 	}
 	opts := []topotest.Option{topotest.WithRegistry(sinkRegistry()), topotest.WithVerbose(*verbose)}

@@ -12,7 +12,7 @@ func cmdValidate(_ context.Context, e *env, args []string) error {
 	fs := newFlags(e, "validate", "FILE...",
 		"Checks each topology file and prints every problem as file:line:col: message, with a hint on how to\n"+
 			"fix it. Exits 1 if any file has a problem.")
-	if err := fs.Parse(args); err != nil {
+	if err := e.parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {

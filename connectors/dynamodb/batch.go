@@ -10,6 +10,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
 // do runs one request, retrying throttling and transient errors with
@@ -32,12 +34,12 @@ func (s *Sink) do(ctx context.Context, op string, fn func(context.Context) error
 			return err
 		}
 		s.m.retries.WithLabelValues(table, class.String()).Inc()
-		d := backoff(attempt, time.Duration(s.cfg.RetryBase), time.Duration(s.cfg.RetryMax))
+		d := sinkkit.Backoff{Min: time.Duration(s.cfg.RetryBase), Max: time.Duration(s.cfg.RetryMax)}.Delay(attempt)
 		if attempt%10 == 0 {
 			s.log.Warn("dynamodb request failed; retrying until it succeeds or the stage stops",
 				"op", op, "class", class.String(), "attempt", attempt+1, "backoff", d, "err", err)
 		}
-		if err := sleep(ctx, d); err != nil {
+		if err := sinkkit.Sleep(ctx, d); err != nil {
 			return fmt.Errorf("dynamodb %s on table %s: gave up retrying (%v): %w", op, table, err, ctx.Err())
 		}
 	}
@@ -156,9 +158,9 @@ func (s *Sink) sendChunk(ctx context.Context, items []pending) ([]pending, *Reje
 		}
 		items = s.match(items, unprocessed)
 		s.m.retries.WithLabelValues(table, "unprocessed").Inc()
-		d := backoff(attempt, time.Duration(s.cfg.RetryBase), time.Duration(s.cfg.RetryMax))
+		d := sinkkit.Backoff{Min: time.Duration(s.cfg.RetryBase), Max: time.Duration(s.cfg.RetryMax)}.Delay(attempt)
 		s.log.Debug("dynamodb returned unprocessed items; retrying them", "items", len(items), "backoff", d)
-		if err := sleep(ctx, d); err != nil {
+		if err := sinkkit.Sleep(ctx, d); err != nil {
 			return items, rej, fmt.Errorf("dynamodb BatchWriteItem on table %s: %w", table, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kandle/kandle/connectors/sinkkit"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -56,7 +57,7 @@ func (s *Sink) GetItems(ctx context.Context, keys []string, consistent bool) (ma
 		for attempt := 0; len(pending) > 0; attempt++ {
 			if attempt > 0 {
 				s.m.retries.WithLabelValues(t.Name, "unprocessed").Inc()
-				if err := sleep(ctx, backoff(attempt-1, time.Duration(s.cfg.RetryBase), time.Duration(s.cfg.RetryMax))); err != nil {
+				if err := sinkkit.Sleep(ctx, sinkkit.Backoff{Min: time.Duration(s.cfg.RetryBase), Max: time.Duration(s.cfg.RetryMax)}.Delay(attempt-1)); err != nil {
 					return nil, fmt.Errorf("dynamodb BatchGetItem on table %s: %d keys unprocessed: %w", t.Name, len(pending), err)
 				}
 			}

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
 // Step statuses.
@@ -288,7 +290,7 @@ func waitActive(ctx context.Context, client API, table, index string) error {
 		if ready {
 			return nil
 		}
-		if err := sleep(ctx, d); err != nil {
+		if err := sinkkit.Sleep(ctx, d); err != nil {
 			return fmt.Errorf("wait for %s to become active: %w", table, err)
 		}
 		d = min(2*d, 2*time.Second)

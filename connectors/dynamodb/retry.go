@@ -1,10 +1,7 @@
 package dynamodb
 
 import (
-	"context"
 	"errors"
-	"math/rand/v2"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
@@ -54,29 +51,4 @@ func classify(err error) errClass {
 		return classPermanent
 	}
 	return classTransient
-}
-
-// backoff returns the pause before retry attempt n (0-based): full jitter
-// over an exponentially growing cap.
-func backoff(n int, base, max time.Duration) time.Duration {
-	d := base
-	for i := 0; i < n && d < max; i++ {
-		d *= 2
-	}
-	if d > max {
-		d = max
-	}
-	return time.Duration(rand.Int64N(int64(d)) + 1)
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

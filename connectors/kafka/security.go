@@ -94,13 +94,23 @@ func saslMechanism(cfg topology.KafkaClient) (sasl.Mechanism, error) {
 	if s.Username == "" {
 		return nil, cfg.Errorf([]string{"sasl"}, "mechanism %s needs username", s.Mechanism)
 	}
-	if s.PasswordEnv == "" {
-		return nil, cfg.Errorf([]string{"sasl"}, "mechanism %s needs password_env, the name of the environment variable holding the password", s.Mechanism)
-	}
-	pass := os.Getenv(s.PasswordEnv)
-	if pass == "" {
-		return nil, cfg.Errorf([]string{"sasl", "password_env"}, "environment variable %s is unset or empty; export %s=<password of %s> before starting kandle",
-			s.PasswordEnv, s.PasswordEnv, s.Username)
+	var pass string
+	switch {
+	case s.PasswordFile != "":
+		b, err := os.ReadFile(s.PasswordFile)
+		if err != nil {
+			return nil, cfg.Errorf([]string{"sasl", "password_file"}, "cannot read the password file: %v; mount the secret there or use password_env", err)
+		}
+		if pass = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"); pass == "" {
+			return nil, cfg.Errorf([]string{"sasl", "password_file"}, "%s is empty; write the password of %s into it", s.PasswordFile, s.Username)
+		}
+	case s.PasswordEnv == "":
+		return nil, cfg.Errorf([]string{"sasl"}, "mechanism %s needs password_env, the name of the environment variable holding the password, or password_file", s.Mechanism)
+	default:
+		if pass = os.Getenv(s.PasswordEnv); pass == "" {
+			return nil, cfg.Errorf([]string{"sasl", "password_env"}, "environment variable %s is unset or empty; export %s=<password of %s> before starting kandle",
+				s.PasswordEnv, s.PasswordEnv, s.Username)
+		}
 	}
 	switch s.Mechanism {
 	case "plain":

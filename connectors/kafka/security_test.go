@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -70,6 +71,36 @@ func TestClientOptsTLSAndSASL(t *testing.T) {
 	}
 }
 
+// The SASL password can come from a file (a mounted secret) instead of an
+// environment variable; an empty file stops ClientOpts at that key.
+func TestClientOptsPasswordFile(t *testing.T) {
+	b, files := securedBroker(t)
+	dir := t.TempDir()
+	secret, empty := filepath.Join(dir, "secret"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(secret, []byte("wonder land\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ClientOpts(kafkaConfig(t, `
+  tls: {enabled: true, ca_file: `+files.CA+`}
+  sasl: {mechanism: scram-sha-256, username: alice, password_file: `+empty+`}`)); err == nil ||
+		!strings.Contains(err.Error(), "kafka.sasl.password_file: "+empty+" is empty") {
+		t.Fatalf("ClientOpts with an empty password file: %v", err)
+	}
+	opts, err := ClientOpts(kafkaConfig(t, `
+  tls: {enabled: true, ca_file: `+files.CA+`}
+  sasl: {mechanism: scram-sha-256, username: alice, password_file: `+secret+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if _, err := EnsureTopics(ctx, newClient(t, b.Addrs(), opts...), []TopicSpec{{Name: "secured-file", Partitions: 1}}); err != nil {
+		t.Fatalf("log in with the password from the file: %v", err)
+	}
+}
+
 // What a user gets wrong fails with an error that says what to fix: at
 // startup for what is local (an unset variable, a missing file), at the
 // first request for what only the broker knows (a wrong password, a
@@ -100,7 +131,7 @@ func TestClientOptsErrors(t *testing.T) {
   sasl: {mechanism: plain, username: alice, password_env: KANDLE_TEST_KAFKA_PASSWORD}`,
 			false, []string{"not signed by a CA in " + other.CA + " (kafka.tls.ca_file)", "x509"}},
 		{"plaintext to a TLS broker", `
-  sasl: {mechanism: plain, username: alice, password_env: KANDLE_TEST_KAFKA_PASSWORD}`,
+  sasl: {mechanism: plain, username: alice, password_env: KANDLE_TEST_KAFKA_PASSWORD, allow_plaintext: true}`,
 			false, []string{"add tls: {enabled: true}"}},
 		{"no SASL for a SASL broker", `
   tls: {enabled: true, ca_file: ` + files.CA + `}`,

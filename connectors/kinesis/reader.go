@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
 // startPos says where a shard read begins.
@@ -180,23 +181,13 @@ func isThrottle(err error) bool {
 	return errors.As(err, &pte) || errors.As(err, &lee) || errors.As(err, &kms)
 }
 
-// backoff is full-jitter exponential: up to 50ms·2^(n-1), capped at 5s.
+// backoff is the connector's retry policy: sinkkit's jittered exponential
+// backoff from 50ms (attempt 1) up to 5s.
 func backoff(attempt int) time.Duration {
-	d := 50 * time.Millisecond << min(attempt-1, 7)
-	d = min(d, 5*time.Second)
-	return d/2 + rand.N(d/2+1)
+	return sinkkit.Backoff{Min: 50 * time.Millisecond, Max: 5 * time.Second}.Delay(attempt - 1)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
-}
+func sleep(ctx context.Context, d time.Duration) error { return sinkkit.Sleep(ctx, d) }
 
 // listShards returns every shard of the stream (paginated ListShards).
 func listShards(ctx context.Context, kin KinesisAPI, stream string) ([]types.Shard, error) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/kandle/kandle/candle"
@@ -28,7 +29,7 @@ func BenchmarkSinkWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchWrite(b, Config{URL: "s3://bench/candles", Endpoint: srv.URL(), PathStyle: true,
-			AccessKeyID: "S3RVER", SecretAccessKey: "S3RVER"})
+			Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", "")})
 	})
 	b.Run("gofakes3", func(b *testing.B) {
 		benchWrite(b, newFakeS3(b, "bench").config("bench/candles"))

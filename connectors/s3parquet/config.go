@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/kandle/kandle/topology/spec"
 )
 
@@ -14,19 +16,23 @@ import (
 // fields: the topology package decodes, defaults, validates and documents
 // them from here.
 type Config struct {
-	URL             string        `yaml:"url" required:"true" doc:"Where the lake lives: s3://bucket/prefix, or file:///absolute/dir for a local lake (writes are atomic renames)."`
-	Endpoint        string        `yaml:"endpoint" doc:"Custom S3 endpoint URL (emulators such as s3rver, MinIO); empty uses AWS."`
-	Region          string        `yaml:"region" default:"us-east-1" doc:"AWS region of the bucket."`
-	PathStyle       bool          `yaml:"path_style" default:"false" doc:"Address the bucket as endpoint/bucket/key instead of bucket.endpoint/key (needed by most emulators)."`
-	AccessKeyID     string        `yaml:"access_key_id" doc:"Static access key (emulators). Empty: the default AWS credential chain (env, profile, SSO, instance role)."`
-	SecretAccessKey string        `yaml:"secret_access_key" doc:"Static secret key, set together with access_key_id."`
-	RowGroupRows    int           `yaml:"row_group_rows" default:"100000" doc:"Maximum rows per Parquet row group. Larger groups compress and scan better."`
-	FlushRows       int           `yaml:"flush_rows" default:"10000" doc:"Flush when this many candles are buffered."`
-	FlushBytes      int           `yaml:"flush_bytes" default:"16777216" doc:"Flush when the buffered candles take about this many bytes of memory."`
-	FlushAge        time.Duration `yaml:"flush_age" default:"30s" doc:"Flush when the oldest buffered candle has waited this long (checked on each write; the engine also flushes before committing offsets)."`
-	Concurrency     int           `yaml:"concurrency" default:"4" doc:"Objects read, merged and written in parallel during a flush."`
-	RequestTimeout  time.Duration `yaml:"request_timeout" default:"30s" doc:"Time limit for one attempt at one object (GET, merge, PUT); a slower attempt is retried."`
-	MaxBackoff      time.Duration `yaml:"max_backoff" default:"10s" doc:"Longest pause between retries of a failing write. Retries go on until the stage stops."`
+	URL            string        `yaml:"url" required:"true" doc:"Where the lake lives: s3://bucket/prefix, or file:///absolute/dir for a local lake (writes are atomic renames)."`
+	Endpoint       string        `yaml:"endpoint" doc:"Custom S3 endpoint URL (emulators such as s3rver, MinIO); empty uses AWS."`
+	Region         string        `yaml:"region" default:"us-east-1" doc:"AWS region of the bucket."`
+	PathStyle      bool          `yaml:"path_style" default:"false" doc:"Address the bucket as endpoint/bucket/key instead of bucket.endpoint/key (needed by most emulators)."`
+	RowGroupRows   int           `yaml:"row_group_rows" default:"100000" doc:"Maximum rows per Parquet row group. Larger groups compress and scan better."`
+	FlushRows      int           `yaml:"flush_rows" default:"10000" doc:"Flush when this many candles are buffered."`
+	FlushBytes     int           `yaml:"flush_bytes" default:"16777216" doc:"Flush when the buffered candles take about this many bytes of memory."`
+	FlushAge       time.Duration `yaml:"flush_age" default:"30s" doc:"Flush when the oldest buffered candle has waited this long (checked on each write; the engine also flushes before committing offsets)."`
+	Concurrency    int           `yaml:"concurrency" default:"4" doc:"Objects read, merged and written in parallel during a flush."`
+	RequestTimeout time.Duration `yaml:"request_timeout" default:"30s" doc:"Time limit for one attempt at one object (GET, merge, PUT); a slower attempt is retried."`
+	MaxBackoff     time.Duration `yaml:"max_backoff" default:"10s" doc:"Longest pause between retries of a failing write. Retries go on until the stage stops."`
+
+	// Credentials overrides the AWS default credential chain (environment,
+	// shared config and profiles, SSO, web identity / IRSA, container and
+	// instance roles) for Go callers such as tests against an emulator. It
+	// has no YAML key on purpose: secrets never sit in a topology file.
+	Credentials aws.CredentialsProvider `yaml:"-"`
 }
 
 // withDefaults fills the fields a Go caller left at zero from the default
@@ -42,9 +48,6 @@ func (c *Config) Validate() []string {
 	var bad []string
 	if _, err := parseURL(c.URL); err != nil {
 		bad = append(bad, err.Error())
-	}
-	if (c.AccessKeyID == "") != (c.SecretAccessKey == "") {
-		bad = append(bad, "access_key_id and secret_access_key go together: set both, or neither to use the default AWS credential chain")
 	}
 	if c.Endpoint != "" {
 		if u, err := url.Parse(c.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -82,7 +82,7 @@ func (f *fakeS3) client() *s3.Client { return s3Client(f.url(), "test", "test") 
 
 func (f *fakeS3) config(bucketPrefix string) Config {
 	return Config{URL: "s3://" + bucketPrefix, Endpoint: f.url(), PathStyle: true,
-		AccessKeyID: "test", SecretAccessKey: "test"}
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
 }
 
 func s3Client(endpoint, key, secret string) *s3.Client {

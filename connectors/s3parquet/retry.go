@@ -3,15 +3,15 @@ package s3parquet
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"time"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
 // retry runs fn until it succeeds, fails permanently or ctx ends, pausing
-// with jittered exponential backoff (minBackoff doubling to MaxBackoff;
-// each pause is uniform in [d/2, d]).
+// with sinkkit's jittered exponential backoff (minBackoff doubling to
+// MaxBackoff; each pause is uniform in [d/2, d]).
 func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) error) error {
-	d := s.minBackoff
+	policy := sinkkit.Backoff{Min: s.minBackoff, Max: s.cfg.MaxBackoff}
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if err == nil {
@@ -27,17 +27,12 @@ func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) 
 		if permanent(err) {
 			return err
 		}
-		pause := d/2 + rand.N(d/2+1)
+		pause := policy.Delay(attempt - 1)
 		s.log.Warn("s3parquet: write failed, retrying", "object", what, "attempt", attempt, "pause", pause, "err", err)
 		s.m.retries.Inc()
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sinkkit.Sleep(ctx, pause) != nil {
 			return stopped(ctx, what, attempt, err)
-		case <-t.C:
 		}
-		d = min(2*d, s.cfg.MaxBackoff)
 	}
 }
 

@@ -6,15 +6,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 func newS3Store(ctx context.Context, cfg Config, loc location, o options) (*s3Store, error) {
 	load := []func(*config.LoadOptions) error{config.WithRegion(cfg.Region)}
-	if cfg.AccessKeyID != "" {
-		load = append(load, config.WithCredentialsProvider(
-			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, "")))
+	if cfg.Credentials != nil {
+		load = append(load, config.WithCredentialsProvider(cfg.Credentials))
 	}
 	if o.httpClient != nil {
 		load = append(load, config.WithHTTPClient(o.httpClient))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -55,7 +56,7 @@ func TestS3rverOutage(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	s, err := New(ctx, Config{URL: "s3://lake/c", Endpoint: srv.URL(), PathStyle: true,
-		AccessKeyID: "S3RVER", SecretAccessKey: "S3RVER", MaxBackoff: 100 * time.Millisecond, RequestTimeout: 5 * time.Second},
+		Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""), MaxBackoff: 100 * time.Millisecond, RequestTimeout: 5 * time.Second},
 		WithLogger(quietLogger()), WithRegisterer(reg), WithMinBackoff(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

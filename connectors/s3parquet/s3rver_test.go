@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/kandle/kandle/internal/testkit"
@@ -22,7 +23,7 @@ func TestS3rver(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{URL: "s3://lake/prod/candles", Endpoint: srv.URL(), PathStyle: true,
-		AccessKeyID: "S3RVER", SecretAccessKey: "S3RVER"}
+		Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", "")}
 	cs := gen("BTC/USDT", "ETH-USD")
 	half := len(cs) / 2
 

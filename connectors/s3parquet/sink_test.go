@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/parquet-go/parquet-go"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -354,7 +355,6 @@ func TestConfigValidate(t *testing.T) {
 		{Config{URL: "http://x"}, "unsupported scheme"},
 		{Config{URL: "s3:///p"}, "no bucket"},
 		{Config{URL: "file://rel/dir"}, "three slashes"},
-		{Config{URL: "s3://b", AccessKeyID: "k"}, "go together"},
 		{Config{URL: "s3://b", Endpoint: "localhost:9000"}, "http:// or https://"},
 		{Config{URL: "s3://b", FlushRows: -1}, "flush_rows"},
 		{Config{URL: "s3://b", FlushAge: -time.Second}, "flush_age"},
@@ -364,7 +364,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("Validate(%+v) = %q, want a message with %q", tc.cfg, bad, tc.want)
 		}
 	}
-	ok := Config{URL: "s3://bucket/some/prefix/", Endpoint: "http://127.0.0.1:4569", AccessKeyID: "a", SecretAccessKey: "b"}
+	ok := Config{URL: "s3://bucket/some/prefix/", Endpoint: "http://127.0.0.1:4569", Credentials: credentials.NewStaticCredentialsProvider("a", "b", "")}
 	if bad := ok.Validate(); len(bad) != 0 {
 		t.Errorf("valid config: %q", bad)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
 // Active records the newest state of an open candle. It never blocks and
@@ -26,14 +28,21 @@ func (s *Sink) Active(c candle.Candle) {
 		s.m.dropped.Inc()
 		return
 	}
+	down := s.down.Load()
+	if down && !s.keepNewest(k) {
+		s.amu.Unlock()
+		s.m.dropped.Inc() // an older window than one already waiting for Valkey
+		return
+	}
 	if _, ok := s.pending[k]; ok {
-		if s.down.Load() {
+		if down {
 			s.m.dropped.Inc() // replaced while Valkey is unreachable: never sent
 		} else {
 			s.m.coalesced.Inc()
 		}
 	}
 	s.pending[k] = c
+	s.newest[k.key] = max(s.newest[k.key], k.open)
 	s.amu.Unlock()
 	if s.cfg.Coalesce == 0 {
 		select {
@@ -41,6 +50,26 @@ func (s *Sink) Active(c candle.Candle) {
 		default:
 		}
 	}
+}
+
+// keepNewest decides, while Valkey is unreachable, whether an update of
+// window w may wait in pending: only the newest window of each key does, so
+// an outage of any length holds at most one candle per key (memory stays
+// bounded by the number of symbols, not by time). An older pending window
+// of the key is dropped (counted) in its favour. Caller holds amu.
+func (s *Sink) keepNewest(w window) bool {
+	n, ok := s.newest[w.key]
+	switch {
+	case !ok || w.open == n:
+		return true
+	case w.open < n:
+		return false
+	}
+	if _, waiting := s.pending[window{w.key, n}]; waiting {
+		delete(s.pending, window{w.key, n})
+		s.m.dropped.Inc()
+	}
+	return true
 }
 
 // FlushActive sends the pending active candles now and waits for the result.
@@ -71,6 +100,7 @@ func (s *Sink) loop() {
 		s.amu.Lock()
 		s.m.dropped.Add(float64(len(s.pending)))
 		clear(s.pending)
+		clear(s.newest)
 		s.amu.Unlock()
 	}()
 	ctx := s.ctx // cancelled by Close; also ends an in-flight round trip
@@ -103,7 +133,7 @@ func (s *Sink) loop() {
 			s.log.Warn("valkey unreachable; holding the newest active candle per window until it is back", "err", err, "attempt", fails+1)
 		}
 		fails++
-		if !sleep(ctx, backoff(fails-1)) {
+		if sinkkit.Sleep(ctx, backoff(fails-1)) != nil {
 			return
 		}
 		select { // retry what was put back, also when coalesce is 0
@@ -123,6 +153,8 @@ type activeWriter struct {
 	syms   []string
 	seen   map[string]struct{}
 	msg    []byte
+	owner  []int           // cmds[i] belongs to candle owner[i] of the chunk (-1: none)
+	wrong  map[string]bool // hashes whose WRONGTYPE was logged
 }
 
 // maxPipeline is the most candles in one active pipeline; a flush of more
@@ -140,6 +172,7 @@ func (a *activeWriter) flush(ctx context.Context) error {
 		a.batch = append(a.batch, c)
 		delete(s.pending, k)
 	}
+	clear(s.newest)
 	s.amu.Unlock()
 	for i := 0; i < len(a.batch); i += maxPipeline {
 		chunk := a.batch[i:min(i+maxPipeline, len(a.batch))]
@@ -183,28 +216,48 @@ func (a *activeWriter) send(ctx context.Context, cs []candle.Candle) error {
 		a.top[k] = top
 	}
 	stale := 0
+	a.owner = a.owner[:0]
 	for i := range cs {
 		c := &cs[i]
 		if c.OpenTime == a.top[keyOf(c)] {
 			hk := s.names.hash(c.Timeframe, c.Symbol)
 			a.cmds = append(a.cmds, hset(b, hk, c), b.Pexpire().Key(hk).Milliseconds(ttl(s.ttlMs, c)).Build())
+			a.owner = append(a.owner, i, i)
 		} else {
 			stale++ // a late update of an older window: publish only
 		}
 		a.msg = message(a.msg, c, false)
 		a.cmds = append(a.cmds, b.Publish().Channel(s.names.channel(c.Timeframe, c.Symbol)).Message(string(a.msg)).Build())
+		a.owner = append(a.owner, i)
 		if _, ok := a.seen[c.Symbol]; !ok {
 			a.seen[c.Symbol] = struct{}{}
 			a.syms = append(a.syms, c.Symbol)
 		}
 	}
 	a.cmds = append(a.cmds, b.Sadd().Key(s.names.symbols()).Member(a.syms...).Build())
+	a.owner = append(a.owner, -1)
 
+	// The pipeline's commands are independent: a key that holds another
+	// type (WRONGTYPE) fails only its own commands, and retrying cannot fix
+	// it, so that key's update is rejected while every other key's stands.
+	// Any other error (connection lost, timeout) retries the whole chunk.
+	var rejected []int
 	err := s.timed(ctx, kindActive, func(ctx context.Context) error {
-		for _, r := range s.doMulti(ctx, s.client, a.cmds...) {
-			if err := r.Error(); err != nil {
-				return err
+		rejected = rejected[:0]
+		for i, r := range s.doMulti(ctx, s.client, a.cmds...) {
+			err := r.Error()
+			if err == nil {
+				continue
 			}
+			if isWrongType(err) && a.owner[i] >= 0 {
+				rejected = append(rejected, a.owner[i])
+				continue
+			}
+			if isWrongType(err) { // the symbols set itself
+				s.log.Warn("valkey: the symbols set holds another type; remove or rename that key", "key", s.names.symbols(), "err", err)
+				continue
+			}
+			return err
 		}
 		return nil
 	})
@@ -215,9 +268,43 @@ func (a *activeWriter) send(ctx context.Context, cs []candle.Candle) error {
 	for k, top := range a.top {
 		a.newest[k] = top
 	}
-	s.m.written.WithLabelValues(kindActive).Add(float64(len(cs)))
+	bad := a.reject(cs, rejected)
+	s.m.written.WithLabelValues(kindActive).Add(float64(len(cs) - bad))
 	s.m.stale.Add(float64(stale))
 	return nil
+}
+
+// reject counts and logs (once per key until it recovers) the active
+// updates of cs at the given positions that Valkey refused with WRONGTYPE,
+// and returns how many candles that was.
+func (a *activeWriter) reject(cs []candle.Candle, at []int) int {
+	s := a.s
+	if a.wrong == nil {
+		a.wrong = make(map[string]bool)
+	}
+	seen := map[int]bool{}
+	for _, i := range at {
+		if seen[i] {
+			continue
+		}
+		seen[i] = true
+		c := &cs[i]
+		hk := s.names.hash(c.Timeframe, c.Symbol)
+		s.m.activeRejected.Inc()
+		if !a.wrong[hk] {
+			a.wrong[hk] = true
+			s.log.Warn("valkey: key holds another type (WRONGTYPE); its live updates are rejected, other keys go on. Delete or rename the key to resume it",
+				"key", hk, "symbol", c.Symbol, "timeframe", c.Timeframe)
+		}
+	}
+	if len(a.wrong) > 0 && len(seen) < len(cs) {
+		for i := range cs {
+			if !seen[i] {
+				delete(a.wrong, s.names.hash(cs[i].Timeframe, cs[i].Symbol))
+			}
+		}
+	}
+	return len(seen)
 }
 
 // requeue puts unsent candles back (at most one per key) unless a newer one
@@ -228,8 +315,10 @@ func (a *activeWriter) requeue(cs []candle.Candle) {
 	s.amu.Lock()
 	defer s.amu.Unlock()
 	for _, c := range cs {
-		if _, ok := s.pending[windowOf(&c)]; !ok && !s.closed {
-			s.pending[windowOf(&c)] = c
+		w := windowOf(&c)
+		if _, ok := s.pending[w]; !ok && !s.closed && s.keepNewest(w) {
+			s.pending[w] = c
+			s.newest[w.key] = max(s.newest[w.key], w.open)
 		} else {
 			s.m.dropped.Inc()
 		}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -15,9 +16,10 @@ import (
 // Config is the YAML block of a valkey sink. Its tags are the one list of
 // fields: the topology package decodes, validates and documents them.
 type Config struct {
-	Addrs       []string `yaml:"addrs" required:"true" doc:"Valkey/Redis server addresses as host:port (standalone primary; cluster mode is not supported yet)"`
-	Username    string   `yaml:"username" default:"" doc:"ACL user name (leave empty for the default user)"`
-	PasswordEnv string   `yaml:"password_env" default:"" doc:"name of the environment variable holding the AUTH password (requirepass or the ACL user's password), e.g. VALKEY_PASSWORD; kandle stops at startup when it is unset or empty"`
+	Addrs        []string `yaml:"addrs" required:"true" doc:"Valkey/Redis server addresses as host:port (standalone primary; cluster mode is not supported yet)"`
+	Username     string   `yaml:"username" default:"" doc:"ACL user name (leave empty for the default user)"`
+	PasswordEnv  string   `yaml:"password_env" default:"" doc:"name of the environment variable holding the AUTH password (requirepass or the ACL user's password), e.g. VALKEY_PASSWORD; kandle stops at startup when it is unset or empty"`
+	PasswordFile string   `yaml:"password_file" default:"" doc:"file holding the AUTH password (a mounted Kubernetes or Docker secret; one trailing newline is ignored); use instead of password_env"`
 	// Password is the AUTH password for Go callers; New fills it from
 	// PasswordEnv. Secrets never live in the topology file.
 	Password              string        `yaml:"-"`
@@ -57,8 +59,11 @@ func (c *Config) Validate() []string {
 	if c.TLSCAFile != "" && !c.TLS {
 		errs = append(errs, "tls_ca_file: only applies with tls: true; set tls: true or remove it")
 	}
-	if c.Username != "" && c.Password == "" && c.PasswordEnv == "" {
-		errs = append(errs, "username: an ACL user needs a password; set password_env to the name of the environment variable holding it")
+	if c.PasswordEnv != "" && c.PasswordFile != "" {
+		errs = append(errs, "password_env and password_file: set one of them, not both")
+	}
+	if c.Username != "" && c.Password == "" && c.PasswordEnv == "" && c.PasswordFile == "" {
+		errs = append(errs, "username: an ACL user needs a password; set password_env to the name of the environment variable holding it, or password_file to a file holding it")
 	}
 	if c.PasswordEnv != "" && !envName.MatchString(c.PasswordEnv) {
 		errs = append(errs, "password_env: not an environment variable name (letters, digits and _); it names the variable holding the password, never the password itself")
@@ -79,8 +84,20 @@ func (c *Config) Validate() []string {
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// resolvePassword fills Password from PasswordEnv.
+// resolvePassword fills Password from PasswordEnv or PasswordFile.
 func (c *Config) resolvePassword() error {
+	if c.PasswordFile != "" {
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("valkey: password_file: %w (mount the secret there, or use password_env)", err)
+		}
+		v := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+		if v == "" {
+			return fmt.Errorf("valkey: password_file: %s is empty; write the password into it", c.PasswordFile)
+		}
+		c.Password = v
+		return nil
+	}
 	if c.PasswordEnv == "" {
 		return nil
 	}

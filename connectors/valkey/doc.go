@@ -37,7 +37,8 @@
 // per batch of finals, and no script to load, version or debug.
 //
 // Outages: Active never blocks and never fails. While Valkey is down the
-// pending map still holds at most one candle per open window; failed flushes are
-// retried with backoff, newest per window only, and updates that are replaced
+// pending map holds at most one candle per key: the newest window's (an
+// outage of any length costs memory per symbol, not per minute of outage).
+// Failed flushes are retried with backoff, and updates that are replaced
 // before Valkey is back are counted as dropped.
 package valkey

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/kandle/kandle/connectors/sinkkit"
 
 	"github.com/valkey-io/valkey-go"
 )
@@ -65,7 +66,7 @@ func (s *Sink) WriteEvents(ctx context.Context, events [][]byte) error {
 		if attempt%20 == 0 {
 			s.log.Warn("valkey write of events failed, retrying", "err", err, "attempt", attempt+1)
 		}
-		if !sleep(ctx, backoff(attempt)) {
+		if sinkkit.Sleep(ctx, backoff(attempt)) != nil {
 			return fmt.Errorf("valkey: %d events not stored: %w", len(cmds)/2, ctx.Err())
 		}
 	}

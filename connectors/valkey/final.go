@@ -9,6 +9,8 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
 // maxChunk is the most finals in one WATCH/MULTI/EXEC transaction. An
@@ -53,7 +55,7 @@ func (s *Sink) flushFinals(ctx context.Context) error {
 		if attempt%20 == 0 {
 			s.log.Warn("valkey write of final candles failed, retrying", "err", err, "attempt", attempt+1, "buffered", len(s.buf))
 		}
-		if !sleep(ctx, backoff(attempt)) {
+		if sinkkit.Sleep(ctx, backoff(attempt)) != nil {
 			return fmt.Errorf("valkey: %d final candles not stored yet (they stay buffered): %w", len(s.buf), ctx.Err())
 		}
 		attempt++

@@ -22,6 +22,8 @@ type metrics struct {
 	coalesced  prometheus.Counter // active updates superseded before sending
 	stale      prometheus.Counter // candles published but not stored: the hash held a newer window
 	rejected   prometheus.Counter // finals returned as permanent failures
+
+	activeRejected prometheus.Counter // active updates refused for good (WRONGTYPE)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -46,12 +48,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "stale_skipped_total", Help: "Candles published but not stored because the hash held a newer window."}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "rejected_total", Help: "Final candles rejected permanently (returned for dead-lettering)."}),
+		activeRejected: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "active_rejected_total", Help: "Active candle updates Valkey refused for good: the key holds another type (WRONGTYPE). Other keys are unaffected."}),
 	}
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
 	for _, c := range []prometheus.Collector{m.written, m.retries, m.errors, m.latency, m.roundTrips,
-		m.dropped, m.coalesced, m.stale, m.rejected} {
+		m.dropped, m.coalesced, m.stale, m.rejected, m.activeRejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("valkey: register metrics (use one Registerer per sink or wrap it with prometheus.WrapRegistererWith): %w", err)
 		}

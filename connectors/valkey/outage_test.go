@@ -176,3 +176,39 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		t.Fatalf("Write after Close: %v", err)
 	}
 }
+
+// However long Valkey stays down, the live updates waiting for it are at
+// most one per key (the newest window's): hours of one-minute windows for
+// a few symbols never pile up. When it is back, each key's newest window is
+// what lands in its hash.
+func TestOutageHoldsOneWindowPerKey(t *testing.T) {
+	srv := startRedis(t)
+	s := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = 10 * time.Millisecond; c.Timeout = 500 * time.Millisecond })
+	srv.Stop()
+	syms := []string{"BTC", "ETH", "SOL"}
+	s.Active(mk("BTC", 1, "1", "1", "1", "1", "1", "1", 1))
+	waitFor(t, 10*time.Second, func() bool { return s.down.Load() }, "the sink noticing the outage")
+	const windows = 600 // ten hours of 1m windows
+	for n := int64(2); n <= windows; n++ {
+		for _, sym := range syms {
+			s.Active(mk(sym, n, "1", "2", "1", itoa(int(n)), "1", "1", n))
+			s.Active(mk(sym, n, "1", "2", "1", itoa(int(n)), "2", "2", n)) // a second update of the same window
+		}
+		s.amu.Lock()
+		held := len(s.pending)
+		s.amu.Unlock()
+		if held > 2*len(syms) { // one per key, plus what a flush in progress may put back
+			t.Fatalf("after %d windows of the outage %d active candles wait for Valkey; want at most one per key (%d)", n, held, len(syms))
+		}
+	}
+	if d := counter(s.m.dropped); d < float64(windows) {
+		t.Fatalf("active_dropped_total = %v after replacing %d windows during the outage", d, windows)
+	}
+	s.amu.Lock()
+	for w := range s.pending {
+		if w.open != windows*minute {
+			t.Errorf("pending holds window %d of %s, want only the newest (%d)", w.open, w.sym, windows*minute)
+		}
+	}
+	s.amu.Unlock()
+}

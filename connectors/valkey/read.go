@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kandle/kandle/connectors/sinkkit"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -184,7 +185,7 @@ func (r *Reader) Run(ctx context.Context, fn func(Message)) error {
 			return nil
 		}
 		r.log.Warn("valkey pub/sub connection lost; reconnecting", "err", err, "attempt", attempt+1)
-		if !sleep(ctx, backoff(attempt)) {
+		if sinkkit.Sleep(ctx, backoff(attempt)) != nil {
 			return nil
 		}
 	}

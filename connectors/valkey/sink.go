@@ -30,6 +30,7 @@ type Sink struct {
 	// active path: pending is filled by Active and drained by loop.
 	amu     sync.Mutex
 	pending map[window]candle.Candle
+	newest  map[key]int64 // newest open_time in pending per key
 	closed  bool
 	wake    chan struct{}
 	flushes chan chan error
@@ -77,6 +78,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		log:     o.logger.With("component", "valkey-sink"),
 		m:       m,
 		pending: make(map[window]candle.Candle),
+		newest:  make(map[key]int64),
 		wake:    make(chan struct{}, 1),
 		flushes: make(chan chan error),
 		done:    make(chan struct{}),

@@ -3,6 +3,8 @@ package valkey
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -311,4 +313,71 @@ func TestWriteFlushesLargeBuffer(t *testing.T) {
 		t.Fatalf("SCARD = %d, %v; want %d", n, err, len(cs))
 	}
 	wantHash(t, hgetall(t, r, "candle:active:1m:B"+itoa(maxBuffered+4)), cs[maxBuffered+4])
+}
+
+// A key that holds another type (WRONGTYPE) rejects only its own live
+// updates: FlushActive succeeds, every other key keeps being stored and
+// published, and the rejection is counted. (It used to fail the whole
+// pipeline, so the flush goroutine retried it forever and froze every key.)
+func TestActiveWrongTypeIsolated(t *testing.T) {
+	srv := startRedis(t)
+	r := reader(t, srv.Addr)
+	s := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = 0 })
+	ctx := context.Background()
+	if err := r.Do(ctx, r.B().Set().Key("candle:active:1m:BAD").Value("x").Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	pub := subscribe(t, r, "pub:candle:1m:GOOD")
+	for n := int64(1); n <= 3; n++ {
+		good := mk("GOOD", 1, "1", itoa(int(n)), "1", "1", "1", "1", n)
+		s.Active(mk("BAD", 1, "1", "1", "1", "1", "1", "1", n))
+		s.Active(good)
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.FlushActive(fctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("FlushActive %d with a WRONGTYPE key: %v", n, err)
+		}
+		wantHash(t, hgetall(t, r, "candle:active:1m:GOOD"), good)
+		recv(t, pub)
+	}
+	if got := counter(s.m.activeRejected); got != 3 {
+		t.Fatalf("active_rejected_total = %v, want 3", got)
+	}
+	if v, err := r.Do(ctx, r.B().Get().Key("candle:active:1m:BAD").Build()).ToString(); err != nil || v != "x" {
+		t.Fatalf("the foreign key was touched: %q %v", v, err)
+	}
+}
+
+// The password can come from a file (a mounted secret) instead of the
+// environment; an unreadable or empty file stops New with what to do.
+func TestAuthFromFile(t *testing.T) {
+	srv := startRedis(t, "--requirepass", "file pw")
+	dir := t.TempDir()
+	cfg := DefaultConfig(srv.Addr)
+	cfg.PasswordFile = filepath.Join(dir, "missing")
+	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "password_file") {
+		t.Fatalf("New with a missing password file: %v", err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.PasswordFile = empty
+	if _, err := New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("New with an empty password file: %v", err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("file pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, srv.Addr, func(c *Config) { c.PasswordFile = secret })
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	both := DefaultConfig(srv.Addr)
+	both.PasswordEnv, both.PasswordFile = "X", secret
+	if errs := both.Validate(); len(errs) != 1 || !strings.Contains(errs[0], "not both") {
+		t.Fatalf("Validate with password_env and password_file: %q", errs)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/kandle/kandle/connectors/dynamodb"
 	"github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/connectors/s3parquet"
+	"github.com/kandle/kandle/connectors/sinkkit"
 	"github.com/kandle/kandle/connectors/valkey"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/topology"
@@ -53,14 +55,79 @@ func Registry() topology.Registry {
 // Build creates the connector of every sink in t and returns the engine
 // options that attach them. Valkey sinks also get the open candles of the
 // processors they read, straight from the stage that owns each key.
-func Build(ctx context.Context, logger *slog.Logger, t *topology.Topology, reg prometheus.Registerer) ([]engine.Option, error) {
+//
+// A sink whose store cannot be reached yet (refused connections, timeouts:
+// see sinkkit.Unreachable) is retried with the shared backoff until it
+// answers or ctx ends, so kandle may start before its stores; waiting, when
+// not nil, hears why before each pause (for the readiness probe). Any other
+// error (a missing bucket, bad credentials) stops Build.
+func Build(ctx context.Context, logger *slog.Logger, t *topology.Topology, reg prometheus.Registerer,
+	waiting func(sink string, err error)) ([]engine.Option, error) {
 	var opts []engine.Option
 	names := make([]string, 0, len(t.Sinks))
 	for name := range t.Sinks {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	policy := sinkkit.Backoff{Min: 500 * time.Millisecond, Max: sinkkit.DefaultMax}
 	for _, name := range names {
+		for attempt := 0; ; attempt++ {
+			undo := &undoRegisterer{Registerer: reg}
+			o, err := build(ctx, logger, t, name, undo)
+			if err == nil {
+				opts = append(opts, o...)
+				break
+			}
+			undo.undo() // the next attempt registers its metrics again
+			if !sinkkit.Unreachable(err) || ctx.Err() != nil {
+				return nil, err
+			}
+			logger.Warn("sink store unreachable; waiting for it", "sink", name, "attempt", attempt+1, "err", err)
+			if waiting != nil {
+				waiting(name, err)
+			}
+			if serr := sinkkit.Sleep(ctx, policy.Delay(attempt)); serr != nil {
+				return nil, fmt.Errorf("%w (while waiting for it: %w)", err, serr)
+			}
+		}
+	}
+	return opts, nil
+}
+
+// undoRegisterer remembers what it registered, so a failed attempt to build
+// a sink can take its metrics back out.
+type undoRegisterer struct {
+	prometheus.Registerer
+	done []prometheus.Collector
+}
+
+func (u *undoRegisterer) Register(c prometheus.Collector) error {
+	if err := u.Registerer.Register(c); err != nil {
+		return err
+	}
+	u.done = append(u.done, c)
+	return nil
+}
+
+func (u *undoRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := u.Register(c); err != nil {
+			panic(err) // prometheus.Registerer's contract for MustRegister
+		}
+	}
+}
+
+func (u *undoRegisterer) undo() {
+	for _, c := range u.done {
+		u.Registerer.Unregister(c)
+	}
+	u.done = nil
+}
+
+// build creates the connector of sink name.
+func build(ctx context.Context, logger *slog.Logger, t *topology.Topology, name string, reg prometheus.Registerer) ([]engine.Option, error) {
+	var opts []engine.Option
+	{
 		sk := t.Sinks[name]
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"sink": name}, reg)
 		log := logger.With("sink", name)
