@@ -53,19 +53,50 @@
 //
 // If the transaction aborts (rebalance, fencing, timeout, broker error), no
 // output, state entry or offset of it is visible to read-committed readers;
-// the stage drops its in-memory processors and rebuilds them from Pebble plus
-// the changelog, and the session rewinds to the committed offsets.
+// the stage drops its in-memory processors and rebuilds, from Pebble plus
+// the changelog, those of the partitions the group still assigns to it, and
+// the session rewinds to the committed offsets. What is owned is the set the
+// group callbacks keep (assigned adds, revoked and lost remove), not a queue
+// of moves: a partition revoked while a transaction aborts is never restored,
+// processed, emitted or committed by this instance again (no ghost owner).
 //
 // If the process dies between 3 and 4, Pebble is behind the changelog. On
 // restart — and whenever a partition is assigned — the stage loads Pebble's
 // entries for the partition, then reads the changelog from the offset Pebble
 // recorded up to a barrier record it appends first (so an aborted or still
 // open transaction at the tail cannot make it wait forever), applying every
-// committed entry. The result is exactly the state that was committed with
-// the group's offsets. A new owner with an empty disk reads the whole
-// (compacted) changelog, so recovery time is bounded by the live state, not
-// by history. Pebble can never be ahead of Kafka because it is written after
-// the commit.
+// committed entry. It stops at the first record at or past the barrier's
+// offset, whatever it is, so a barrier that compaction removed (a later
+// restore wrote another) cannot make it wait either. The result is exactly
+// the state that was committed with the group's offsets. A new owner with an
+// empty disk reads the whole (compacted) changelog, so recovery time is
+// bounded by the live state, not by history. Pebble can never be ahead of
+// Kafka because it is written after the commit; when Pebble's recorded
+// changelog offset is below the changelog's start or past its end (a
+// compacted, truncated or recreated changelog), the partition's local state
+// is dropped and rebuilt from the changelog alone. Kafka partitions and
+// Kinesis shards share this changelog read (readChangelogTo).
+//
+// At start the engine creates each changelog with as many partitions as its
+// input topic has on the broker, and refuses to run when an existing
+// changelog is not compacted or has fewer partitions, or when the session
+// timeout is outside the brokers' allowed range.
+//
+// # Idle advance
+//
+// In live mode a quiet partition's watermark advances with the wall clock
+// (its processor's Tick), so quiet markets get their candles. Only a truly
+// idle partition does: nothing received for idle_timeout of this process's
+// wall time, counted from the partition's restore at the earliest (the
+// processor does not restore wall-clock facts from the changelog), and
+// caught up — its position (control records included) equals the end
+// offset the broker reports right then. A partition found behind restarts
+// its idle clock (ResetIdle): after a failover, a restart, a slow fetch or
+// with a backlog, its records, not the clock, move its watermark, so live
+// with faults equals replay. A Kinesis shard is caught up when its last
+// read returned MillisBehindLatest 0; a shard's idle advance whose
+// transaction fails is counted, logged and retried from the shard's
+// rebuilt state.
 //
 // Sinks are at-least-once with idempotent writes: a sink stage flushes the
 // store before committing its offsets.

@@ -364,17 +364,44 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 	if err := kafka.CheckAuth(ctx, cl, e.top.Kafka); err != nil {
 		return err
 	}
-	specs := e.topicSpecs()
-	warnings, err := kafka.EnsureTopics(ctx, cl, specs)
+	if err := kafka.CheckSessionTimeout(ctx, cl, e.sessionTimeout); err != nil {
+		return err
+	}
+	warnings, err := kafka.EnsureTopics(ctx, cl, e.topicSpecs())
 	if err != nil {
 		return fmt.Errorf("create topics: %w", kafka.Explain(err, e.top.Kafka))
 	}
 	for _, w := range warnings {
 		e.log.Warn("topic", "warning", w)
 	}
-	return nil
+	// Changelogs come second: a stage's changelog needs a partition for
+	// every partition its input topic really has, whatever the topology
+	// declares.
+	specs, err := e.changelogSpecs(ctx, cl)
+	if err != nil {
+		return err
+	}
+	warnings, err = kafka.EnsureTopics(ctx, cl, specs)
+	if err != nil {
+		return fmt.Errorf("create changelog topics: %w", kafka.Explain(err, e.top.Kafka))
+	}
+	var errs []error
+	for _, w := range warnings {
+		// A changelog with too few partitions cannot hold every partition's
+		// state, and one that is not compacted loses state to retention or
+		// grows forever: neither can run.
+		if w.Detail != "" {
+			errs = append(errs, fmt.Errorf("changelog %s", w))
+		} else {
+			errs = append(errs, fmt.Errorf("changelog topic %q has %d partitions but its input has %d: add partitions with `kafka-topics --alter --topic %s --partitions %d` (a changelog partition holds the state of the input partition with the same number)",
+				w.Topic, w.Have, w.Want, w.Topic, w.Want))
+		}
+	}
+	return errors.Join(errs...)
 }
 
+// topicSpecs lists the topics the topology reads and writes, except the
+// changelogs (see changelogSpecs).
 func (e *Engine) topicSpecs() []kafka.TopicSpec {
 	var specs []kafka.TopicSpec
 	seen := map[string]bool{}
@@ -389,11 +416,8 @@ func (e *Engine) topicSpecs() []kafka.TopicSpec {
 			add(kafka.TopicSpec{Name: src.Topic, Partitions: int32(src.Partitions)})
 		}
 	}
-	compact := "compact"
 	for _, s := range e.g.stages {
 		add(kafka.TopicSpec{Name: s.OutputTopic, Partitions: int32(s.OutputParts)})
-		add(kafka.TopicSpec{Name: e.g.changelogTopic(s.Name), Partitions: int32(e.inputPartitions(s)),
-			Configs: map[string]*string{"cleanup.policy": &compact}})
 	}
 	dl := e.top.DeadLetter.Partitions
 	if dl < 1 {
@@ -401,6 +425,38 @@ func (e *Engine) topicSpecs() []kafka.TopicSpec {
 	}
 	add(kafka.TopicSpec{Name: e.g.deadLetterTopic(), Partitions: int32(dl)})
 	return specs
+}
+
+// changelogSpecs lists every stage's compacted changelog with as many
+// partitions as its input topic has on the broker (Kinesis stages: as the
+// topology declares, shards hash onto them).
+func (e *Engine) changelogSpecs(ctx context.Context, cl *kgo.Client) ([]kafka.TopicSpec, error) {
+	var inputs []string
+	for _, s := range e.g.stages {
+		if !e.kinesisInput(s) {
+			inputs = append(inputs, s.InputTopic)
+		}
+	}
+	have, err := kafka.PartitionCounts(ctx, cl, inputs)
+	if err != nil {
+		return nil, err
+	}
+	var specs []kafka.TopicSpec
+	for _, s := range e.g.stages {
+		n := int32(e.inputPartitions(s))
+		if !e.kinesisInput(s) {
+			if h, ok := have[s.InputTopic]; ok && h > n {
+				n = h
+			}
+		}
+		specs = append(specs, kafka.TopicSpec{Name: e.g.changelogTopic(s.Name), Partitions: n, Compacted: true})
+	}
+	return specs, nil
+}
+
+func (e *Engine) kinesisInput(s *stageSpec) bool {
+	src := e.top.Sources[s.Input]
+	return !s.Rollup && src != nil && src.Kind == "kinesis"
 }
 
 // inputPartitions is the partition count of a stage's input topic, which is

@@ -161,8 +161,13 @@ processors:
 
 	// A live member closes the window once.
 	zombie.Store(false)
-	stopB := start("b", prometheus.NewRegistry())
+	regB := prometheus.NewRegistry()
+	stopB := start("b", regB)
 	defer stopB()
+	// b measures idle_timeout from its own restore (wall-clock facts are
+	// not restored), so its clock must run idle_timeout past it.
+	waitFor("b to restore the partition", 30*time.Second, func() bool { return gauge(t, regB, "kandle_partitions_owned") == 1 })
+	clock.Set(minute.Add(time.Second + 30*time.Second + 70*time.Second + 30*time.Second))
 	waitFor("b to close the quiet window", 30*time.Second, func() bool { return len(candles()) > 0 })
 	time.Sleep(500 * time.Millisecond)
 	got := candles()

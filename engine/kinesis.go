@@ -69,6 +69,11 @@ type shardState struct {
 	ordinal int64  // records processed in this shard (the "offset" of dead letters)
 	handoff map[string][]byte
 	out     processors.Output
+	// behind: the last read of the shard did not reach its tip
+	// (MillisBehindLatest > 0), or there was no read yet since Open. A
+	// shard that is behind never advances by the wall clock.
+	behind bool
+	failed error // an idle advance could not commit nor rebuild: the next Records call gives up the shard
 }
 
 func newKinesisStage(e *Engine, spec *stageSpec, src *topology.Source) (*kinesisStage, error) {
@@ -128,24 +133,81 @@ func (k *kinesisStage) tickLoop(ctx context.Context) {
 		}
 		k.mu.Unlock()
 		for _, sh := range shards {
-			sh.mu.Lock()
-			if sh.cl != nil {
-				sh.out.Reset()
-				sh.proc.Tick(&sh.out)
-				if len(sh.out.Candles)+len(sh.out.Events)+len(sh.out.Quiet) > 0 {
-					if err := k.commit(ctx, sh, sh.seq); err != nil {
-						k.log.Warn("idle advance commit failed; the shard will be restored", "shard", sh.id, "err", err)
-					}
-				}
-			}
-			sh.mu.Unlock()
+			k.tickShard(ctx, sh)
 		}
 	}
 }
 
+// tickShard advances a quiet shard's watermark by the wall clock when it is
+// caught up (the processor measures idle_timeout from its last record or
+// restore, whichever is later); a shard that is behind restarts its idle
+// clock. If the idle advance's transaction fails, it is reported and the
+// shard's state is rebuilt from its last commit, so the next tick makes the
+// same candles again: they are retried, never lost.
+func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.cl == nil || sh.failed != nil {
+		return
+	}
+	if sh.behind {
+		sh.proc.ResetIdle()
+		return
+	}
+	sh.out.Reset()
+	sh.proc.Tick(&sh.out)
+	if len(sh.out.Candles)+len(sh.out.Events)+len(sh.out.Quiet) == 0 {
+		return
+	}
+	cerr := k.commit(ctx, sh, sh.seq)
+	if cerr == nil || ctx.Err() != nil {
+		return
+	}
+	k.e.m.idleErrors.WithLabelValues(k.spec.Name, "commit").Inc()
+	k.log.Warn("idle advance could not commit; rebuilding the shard from its last commit and retrying", "shard", sh.id, "err", cerr)
+	if err := k.rebuild(ctx, sh); err != nil && ctx.Err() == nil {
+		sh.failed = fmt.Errorf("shard %s: idle advance failed (%v) and its state could not be rebuilt from the changelog: %w", sh.id, cerr, err)
+		k.log.Error("giving the shard up: a new owner restores it", "shard", sh.id, "err", sh.failed)
+	}
+}
+
+// rebuild replaces a shard's processor with its last committed state.
+func (k *kinesisStage) rebuild(ctx context.Context, sh *shardState) error {
+	entries, pr, found, err := k.loadShard(ctx, sh.cl, sh.id)
+	if err != nil {
+		return err
+	}
+	if !found && sh.handoff != nil {
+		entries = sh.handoff // the handed-over state was not committed yet
+	}
+	proc, err := restoreProcessor(k.spec, true, k.e.clock, entries)
+	if err != nil {
+		return err
+	}
+	sh.proc = proc
+	if found {
+		sh.seq, sh.ordinal = pr.seq, pr.ordinal
+	}
+	return nil
+}
+
+// Position records whether the shard's last read reached its tip.
+func (k *kinesisStage) Position(s kinesis.Shard, millisBehind int64) {
+	sh := k.shard(s.ID)
+	if sh == nil {
+		return
+	}
+	sh.mu.Lock()
+	sh.behind = millisBehind > 0
+	if sh.behind {
+		sh.proc.ResetIdle()
+	}
+	sh.mu.Unlock()
+}
+
 // Open restores the shard (or hands its parents' keys over) and says where to resume.
 func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
-	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease}
+	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true}
 	cl, err := kgo.NewClient(k.e.kafkaOpts(k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
 		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))...)
@@ -198,6 +260,9 @@ func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.B
 	}
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if sh.failed != nil {
+		return sh.failed
+	}
 	sh.out.Reset()
 	last := sh.seq
 	for _, r := range b.Records {
@@ -378,7 +443,7 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 		from = meta.ChangelogOffset
 	}
 	batch := k.e.store.NewBatch()
-	rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {part: kgo.NewOffset().At(from)}}))...)
 	if err != nil {
 		return nil, pr, false, err
@@ -393,18 +458,8 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 		}
 	}
 	prefix := shardPrefix(id)
-	for done := from > barrier; !done; {
-		fs := rc.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, pr, false, err
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if r.Offset > barrier {
-				return
-			}
-			if r.Offset == barrier {
-				done = true
-			}
+	if from <= barrier {
+		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) {
 			if !strings.HasPrefix(string(r.Key), string(prefix)) {
 				return
 			}
@@ -425,6 +480,9 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 				}
 			}
 		})
+		if err != nil {
+			return nil, pr, false, err
+		}
 	}
 	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: barrier + 1})
 	if err := batch.Commit(); err != nil {

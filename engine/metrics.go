@@ -17,6 +17,7 @@ type metrics struct {
 	restoreSecs  *prometheus.HistogramVec // stage
 	restored     *prometheus.CounterVec   // stage
 	owned        *prometheus.GaugeVec     // stage
+	idleErrors   *prometheus.CounterVec   // stage, step
 	sinkWritten  *prometheus.CounterVec   // sink
 	sinkErrors   *prometheus.CounterVec   // sink
 	sinkLag      *prometheus.HistogramVec // sink: seconds from candle close to written
@@ -44,6 +45,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Changelog records read while restoring partitions."}, []string{"stage"}),
 		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_partitions_owned",
 			Help: "Input partitions this instance currently processes, by stage."}, []string{"stage"}),
+		idleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_idle_advance_errors_total",
+			Help: "Idle advances that could not happen now and are retried, by stage and step (probe: the input's end offsets could not be read; commit: the transaction of an idle advance failed)."}, []string{"stage", "step"}),
 		sinkWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_sink_written_total",
 			Help: "Records written to a sink."}, []string{"sink"}),
 		sinkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_sink_errors_total",
@@ -52,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Wall time from a candle's close to its durable write in a sink.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.rejected, m.candles, m.events, m.watermark, m.transactions,
-		m.commitSecs, m.restoreSecs, m.restored, m.owned, m.sinkWritten, m.sinkErrors, m.sinkLag} {
+		m.commitSecs, m.restoreSecs, m.restored, m.owned, m.idleErrors, m.sinkWritten, m.sinkErrors, m.sinkLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

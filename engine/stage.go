@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -44,11 +45,15 @@ type liveStage struct {
 
 	accepted, rejectedRecords prometheus.Counter // resolved once: the per-batch path does no label lookups
 
-	parts map[int32]*partState // owned partitions (loop goroutine only)
+	parts map[int32]*partState // restored partitions (loop goroutine only)
 
-	evMu     sync.Mutex // guards the events the group callbacks queue
-	assigned []int32
+	evMu     sync.Mutex     // guards what the group callbacks record
+	owned    map[int32]bool // the partitions the group gave us, as the callbacks last said
+	assigned []int32        // moves since the last handleEvents (for the log)
 	revoked  []int32
+
+	idleTimeout time.Duration // the processor's idle_timeout; 0: no idle advance (or a rollup)
+	lastProbe   time.Time     // when the end offsets were last asked for (idle advance)
 
 	inTxn    bool
 	txnStart time.Time
@@ -64,6 +69,11 @@ type partState struct {
 	nextInput int64
 	consumed  bool // processed input since the last commit
 	touched   bool // produced live updates since the last Active pass
+
+	// quietSince is the wall time (the engine's clock) since which this
+	// process has received nothing for the partition and not seen it behind
+	// its input; it starts at the restore. See idleAdvance.
+	quietSince time.Time
 }
 
 type pendingEntry struct {
@@ -74,9 +84,12 @@ type pendingEntry struct {
 func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	s := &liveStage{spec: spec, e: e, log: e.log.With("stage", spec.Name),
 		changelog: e.g.changelogTopic(spec.Name), parts: map[int32]*partState{},
-		clMax: map[int32]int64{}, live: e.live[spec.Name],
+		clMax: map[int32]int64{}, live: e.live[spec.Name], owned: map[int32]bool{},
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
+	if !spec.Rollup && spec.Proc != nil {
+		s.idleTimeout = spec.Proc.IdleTimeout
+	}
 	group := e.g.groupID(spec.Name)
 	txnID := group + "." + e.instance
 	s.group, s.txnID = group, txnID
@@ -87,6 +100,9 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		kgo.TransactionalID(txnID),
 		kgo.TransactionTimeout(e.txnTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Control records (transaction markers) are delivered so the stage
+		// knows its true position: idle advance needs position == end offset.
+		kgo.KeepControlRecords(),
 		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -98,24 +114,19 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 			s.evMu.Lock()
 			s.assigned = append(s.assigned, m[spec.InputTopic]...)
+			for _, p := range m[spec.InputTopic] {
+				s.owned[p] = true
+			}
 			s.evMu.Unlock()
 		}),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			s.evMu.Lock()
-			s.revoked = append(s.revoked, m[spec.InputTopic]...)
-			s.evMu.Unlock()
-		}),
-		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
-			s.evMu.Lock()
-			s.revoked = append(s.revoked, m[spec.InputTopic]...)
-			s.evMu.Unlock()
-		}),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.disown(m[spec.InputTopic]) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.disown(m[spec.InputTopic]) }),
 	}
 	sess, err := kgo.NewGroupTransactSession(e.kafkaOpts(opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: kafka client: %w", spec.Name, err)
 	}
-	rc, err := kgo.NewClient(e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	rc, err := kgo.NewClient(e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(s.log)))...)
 	if err != nil {
 		sess.Close()
@@ -123,6 +134,24 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	}
 	s.sess, s.restoreCl, s.admin = sess, rc, kadm.NewClient(rc)
 	return s, nil
+}
+
+// disown records partitions the group took away: from now on nothing is
+// restored, processed, emitted or committed for them.
+func (s *liveStage) disown(ps []int32) {
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	s.revoked = append(s.revoked, ps...)
+	for _, p := range ps {
+		delete(s.owned, p)
+	}
+}
+
+// owns reports whether the group has given us partition p.
+func (s *liveStage) owns(p int32) bool {
+	s.evMu.Lock()
+	defer s.evMu.Unlock()
+	return s.owned[p]
 }
 
 // changelogPartitioner sends changelog records to the partition set on the
@@ -187,6 +216,9 @@ func (s *liveStage) loop(ctx context.Context) error {
 			if procErr != nil || len(fp.Records) == 0 {
 				return
 			}
+			if !s.owns(fp.Partition) {
+				return // revoked since it was fetched: never processed here again
+			}
 			ps, err := s.part(ctx, fp.Partition)
 			if err == nil {
 				err = s.begin() // consumed offsets commit in a transaction even when nothing is emitted
@@ -196,17 +228,25 @@ func (s *liveStage) loop(ctx context.Context) error {
 				return
 			}
 			s.out.Reset()
-			n := 0
+			n, control := 0, false
 			for _, r := range fp.Records {
 				if r.Offset < ps.nextInput {
 					continue // already reflected in the restored state
 				}
-				s.spec.process(ps.proc, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &s.out)
 				ps.nextInput = r.Offset + 1
+				if r.Attrs.IsControl() {
+					control = true // a transaction marker: no data, but the position moves past it
+					continue
+				}
+				s.spec.process(ps.proc, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &s.out)
 				n++
 			}
+			if n > 0 || control {
+				ps.consumed = true
+				ps.quietSince = s.e.clock.Now()
+			}
 			if n > 0 {
-				ps.consumed, ps.touched = true, true
+				ps.touched = true
 				// Every rejection is one input record.
 				s.accepted.Add(float64(n - len(s.out.Rejected)))
 				s.rejectedRecords.Add(float64(len(s.out.Rejected)))
@@ -218,15 +258,10 @@ func (s *liveStage) loop(ctx context.Context) error {
 		if procErr != nil {
 			return procErr
 		}
+		if err := s.idleAdvance(ctx); err != nil {
+			return err
+		}
 		for p, ps := range s.parts {
-			s.out.Reset()
-			ps.proc.Tick(&s.out)
-			if len(s.out.Candles) > 0 {
-				ps.touched = true
-			}
-			if err := s.emit(ctx); err != nil {
-				return err
-			}
 			if w, ok := watermarkOf(ps.proc); ok {
 				s.e.m.watermark.WithLabelValues(s.spec.Name, strconv.Itoa(int(p))).Set(float64(w))
 			}
@@ -241,6 +276,69 @@ func (s *liveStage) loop(ctx context.Context) error {
 	}
 }
 
+// probeEvery bounds how often a stage with quiet partitions asks the broker
+// for its input's end offsets.
+const probeEvery = 250 * time.Millisecond
+
+// idleAdvance lets quiet partitions advance their watermarks by the wall
+// clock, but only those that are truly idle: nothing received for
+// idle_timeout of this process's wall time (counted from the restore at
+// the earliest) and caught up with the input, i.e. the position equals the
+// end offset the broker reports now. A partition that is behind (a backlog
+// after a failover or restart, a slow fetch, records in flight) restarts
+// its idle clock instead, so it never advances by the wall clock.
+func (s *liveStage) idleAdvance(ctx context.Context) error {
+	if s.idleTimeout <= 0 {
+		return nil
+	}
+	now := s.e.clock.Now()
+	var due []int32
+	for p, ps := range s.parts {
+		if now.Sub(ps.quietSince) >= s.idleTimeout {
+			due = append(due, p)
+		}
+	}
+	if len(due) == 0 || time.Since(s.lastProbe) < probeEvery {
+		return nil
+	}
+	s.lastProbe = time.Now()
+	pctx, cancel := context.WithTimeout(ctx, s.e.sessionTimeout)
+	ends, err := s.admin.ListEndOffsets(pctx, s.spec.InputTopic)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.e.m.idleErrors.WithLabelValues(s.spec.Name, "probe").Inc()
+		s.log.Warn("cannot tell whether quiet partitions are caught up (list end offsets failed); not advancing them by the wall clock", "err", err)
+		return nil
+	}
+	slices.Sort(due)
+	for _, p := range due {
+		ps := s.parts[p]
+		o, ok := ends.Lookup(s.spec.InputTopic, p)
+		if !ok || o.Err != nil {
+			continue // unknown: no advance
+		}
+		if ps.nextInput < o.Offset {
+			// Behind: records we have not received yet exist. Their time
+			// decides the watermark, not the wall clock.
+			ps.proc.ResetIdle()
+			ps.quietSince = now
+			continue
+		}
+		s.out.Reset()
+		ps.proc.Tick(&s.out)
+		if len(s.out.Candles) > 0 {
+			ps.touched = true
+		}
+		if err := s.emit(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func watermarkOf(p processor) (int64, bool) {
 	if a, ok := p.(interface{ Watermark() (int64, bool) }); ok {
 		return a.Watermark()
@@ -248,17 +346,31 @@ func watermarkOf(p processor) (int64, bool) {
 	return 0, false
 }
 
-// handleEvents applies the partition moves the group callbacks queued.
+// handleEvents makes the restored partitions the ones the group gave us:
+// it drops the revoked and lost ones and restores the others (newly
+// assigned, or dropped by an aborted transaction). The owned set, not a
+// queue of moves, decides: a partition revoked while a transaction aborted
+// is never restored again.
 func (s *liveStage) handleEvents(ctx context.Context) error {
 	s.evMu.Lock()
 	revoked, assigned := s.revoked, s.assigned
 	s.revoked, s.assigned = nil, nil
+	owned := make([]int32, 0, len(s.owned))
+	for p := range s.owned {
+		owned = append(owned, p)
+	}
 	s.evMu.Unlock()
+	for p := range s.parts {
+		if !s.owns(p) {
+			delete(s.parts, p)
+			s.e.m.watermark.DeleteLabelValues(s.spec.Name, strconv.Itoa(int(p)))
+		}
+	}
 	for _, p := range revoked {
-		delete(s.parts, p)
 		s.e.m.watermark.DeleteLabelValues(s.spec.Name, strconv.Itoa(int(p)))
 	}
-	for _, p := range assigned {
+	slices.Sort(owned)
+	for _, p := range owned {
 		if _, err := s.part(ctx, p); err != nil {
 			return err
 		}
@@ -281,6 +393,7 @@ func (s *liveStage) part(ctx context.Context, p int32) (*partState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: restore partition %d: %w", s.spec.Name, p, err)
 	}
+	ps.quietSince = s.e.clock.Now() // the idle clock starts at the restore, never before
 	s.parts[p] = ps
 	s.e.m.restoreSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
 	s.e.m.restored.WithLabelValues(s.spec.Name).Add(float64(n))
@@ -327,36 +440,24 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	if from <= barrier {
 		s.restoreCl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.changelog: {p: kgo.NewOffset().At(from)}})
 		defer s.restoreCl.RemoveConsumePartitions(map[string][]int32{s.changelog: {p}})
-		for done := false; !done; {
-			fs := s.restoreCl.PollFetches(ctx)
-			if err := ctx.Err(); err != nil {
-				return nil, 0, err
+		err := readChangelogTo(ctx, s.restoreCl, s.log, s.changelog, p, barrier, func(r *kgo.Record) {
+			n++
+			switch {
+			case len(r.Key) > 1 && r.Key[0] == 'p':
+				if r.Value == nil {
+					delete(entries, string(r.Key[1:]))
+				} else {
+					entries[string(r.Key[1:])] = r.Value
+				}
+				batch.Set(name, p, r.Key[1:], r.Value)
+			case string(r.Key) == string(keyOffset):
+				if pr, ok := DecodeProgress(r.Value); ok {
+					next = pr.NextInput
+				}
 			}
-			fs.EachError(func(t string, part int32, err error) {
-				s.log.Warn("changelog fetch error", "partition", part, "err", err)
-			})
-			fs.EachRecord(func(r *kgo.Record) {
-				if r.Partition != p || r.Offset > barrier {
-					return
-				}
-				n++
-				switch {
-				case len(r.Key) > 1 && r.Key[0] == 'p':
-					if r.Value == nil {
-						delete(entries, string(r.Key[1:]))
-					} else {
-						entries[string(r.Key[1:])] = r.Value
-					}
-					batch.Set(name, p, r.Key[1:], r.Value)
-				case string(r.Key) == string(keyOffset):
-					if pr, ok := DecodeProgress(r.Value); ok {
-						next = pr.NextInput
-					}
-				}
-				if r.Offset >= barrier {
-					done = true
-				}
-			})
+		})
+		if err != nil {
+			return nil, 0, err
 		}
 	}
 	proc, err := s.spec.newProcessor(true, s.e.clock)
@@ -491,12 +592,9 @@ func (s *liveStage) commit(ctx context.Context) error {
 	if err != nil || !committed {
 		s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
 		s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
-		// Rebuild every owned partition from Pebble + changelog, which hold the last commit.
-		s.evMu.Lock()
-		for p := range s.parts {
-			s.assigned = append(s.assigned, p)
-		}
-		s.evMu.Unlock()
+		// Drop every partition: handleEvents rebuilds the ones the group
+		// still gives us from Pebble + changelog, which hold the last commit.
+		// A partition revoked meanwhile is not rebuilt (no ghost owner).
 		clear(s.parts)
 		if err != nil && isFatalTxnErr(err) {
 			return fmt.Errorf("stage %s: end transaction: %w", s.spec.Name, err)

@@ -273,17 +273,36 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 
 // Tick advances the watermark by the wall clock when the partition has been
 // idle for IdleTimeout. It does nothing unless Live and IdleTimeout > 0.
+//
+// The idle clock is this process's: it starts at the last record, at the
+// restore, or at the last ResetIdle, whichever is latest. The caller calls
+// Tick only while the partition is caught up with its input and ResetIdle
+// while it is not, so a consumer that is behind never advances by the wall
+// clock.
 func (a *Aggregator) Tick(out *Output) {
-	if !a.live || a.idleTimeout <= 0 || !a.hasWall || !a.hasMax {
+	if !a.live || a.idleTimeout <= 0 || !a.hasMax {
 		return
 	}
 	now := a.clock.Now().UnixMilli()
+	if !a.hasWall { // the first look at a partition restored without an idle clock
+		a.lastWall, a.hasWall = now, true
+		return
+	}
 	if now-a.lastWall < a.idleTimeout {
 		return
 	}
 	if ts := now - a.idleTimeout; ts > a.maxTS {
 		a.maxTS, a.partDirty = ts, true
 		a.advance(out)
+	}
+}
+
+// ResetIdle restarts the idle clock: the partition is not caught up with its
+// input (a backlog, a slow fetch, records in flight), so its quiet time so
+// far does not count.
+func (a *Aggregator) ResetIdle() {
+	if a.live {
+		a.lastWall, a.hasWall = a.clock.Now().UnixMilli(), true
 	}
 }
 

@@ -95,8 +95,12 @@ func (o *Output) Reset() {
 type Processor interface {
 	// Process handles one input record, appending what it produced to out.
 	Process(rec Record, out *Output)
-	// Tick lets time-driven work happen without input (live mode).
+	// Tick lets time-driven work happen without input (live mode). The
+	// engine calls it only while the partition is caught up with its input.
 	Tick(out *Output)
+	// ResetIdle says the partition is behind its input (a backlog, a slow
+	// fetch): time-driven work must not count the quiet time so far.
+	ResetIdle()
 	// Changes reports the state entries changed since the last call (val
 	// nil = deleted); the engine checkpoints them with the input offsets.
 	Changes(fn func(key, val []byte))

@@ -176,6 +176,8 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 	case "tick":
 		h.p.Tick(out)
 		fmtOutput(&b, out)
+	case "reset-idle":
+		h.p.ResetIdle()
 	case "watermark":
 		a, ok := h.p.(*Aggregator)
 		if !ok {

@@ -21,6 +21,7 @@ func (c *testClock) Now() time.Time { return c.t }
 type processor interface {
 	Process(rec Record, out *Output)
 	Tick(out *Output)
+	ResetIdle()
 	Active(fn func(c *candle.Candle))
 	Changes(fn func(key, val []byte))
 	Restore(key, val []byte) error

@@ -151,6 +151,9 @@ func (r *Rollup) Quiet(m QuietMark, out *Output) {
 // uniform with Aggregator.
 func (r *Rollup) Tick(out *Output) {}
 
+// ResetIdle does nothing: rollups do not advance by the wall clock.
+func (r *Rollup) ResetIdle() {}
+
 // Active calls fn with the in-progress higher candle of every key that
 // changed since the last call. The candle is only valid during fn.
 func (r *Rollup) Active(fn func(c *candle.Candle)) {

@@ -249,6 +249,14 @@ func (s *Silence) Tick(out *Output) {
 	s.advanceTo(now, out)
 }
 
+// ResetIdle restarts the idle clock: the partition is behind its input, so
+// its quiet time so far does not make it caught up.
+func (s *Silence) ResetIdle() {
+	if s.live {
+		s.lastWall = s.clock.Now().UnixMilli()
+	}
+}
+
 // AdvanceTo moves the ingestion clock to t (ms) and fires what came due.
 // Replays and topology tests use it to let time pass without input.
 func (s *Silence) AdvanceTo(t int64, out *Output) { s.advanceTo(t, out) }

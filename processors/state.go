@@ -128,11 +128,16 @@ func (a *Aggregator) Restore(key, val []byte) error {
 			return fmt.Errorf("restore: partition entry: %w", errCorrupt)
 		}
 		r := reader{b: val[2:]}
-		a.hasMax, a.hasWall = val[1]&1 != 0, val[1]&2 != 0
-		a.maxTS, a.lastWall = r.varint(), r.varint()
+		a.hasMax = val[1]&1 != 0
+		a.maxTS, _ = r.varint(), r.varint()
 		if r.err != nil {
 			return fmt.Errorf("restore: partition entry: %w", r.err)
 		}
+		// The stored wall time is the previous owner's: it says nothing
+		// about how long this process has seen the partition quiet. The
+		// idle clock starts now.
+		a.hasWall = false
+		a.ResetIdle()
 		return nil
 	case entryKey:
 		name := string(key[1:])

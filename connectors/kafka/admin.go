@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -96,6 +98,15 @@ func EnsureTopics(ctx context.Context, cl *kgo.Client, specs []TopicSpec) ([]Top
 	return checkExisting(ctx, adm, parts, existing)
 }
 
+// PartitionCounts returns the partition count of each of topics that
+// exists, asking the broker directly.
+func PartitionCounts(ctx context.Context, cl *kgo.Client, topics []string) (map[string]int32, error) {
+	if len(topics) == 0 {
+		return map[string]int32{}, nil
+	}
+	return partitionCounts(ctx, cl, topics)
+}
+
 // partitionCounts asks the broker directly for the partition counts of the
 // topics that exist. kadm.ListTopics answers from the client's metadata
 // cache, which can still say "unknown" for a topic created a moment ago.
@@ -175,6 +186,52 @@ func checkExisting(ctx context.Context, adm *kadm.Client, parts map[string]int32
 	}
 	sort.Slice(warns, func(i, j int) bool { return warns[i].Topic < warns[j].Topic })
 	return warns, nil
+}
+
+// CheckSessionTimeout fails when d is outside the range of group session
+// timeouts the brokers accept (group.min.session.timeout.ms …
+// group.max.session.timeout.ms): a consumer group member asking for another
+// one is refused at every join, forever. Brokers that do not report the
+// range (or do not let us read broker configs) are not checked.
+func CheckSessionTimeout(ctx context.Context, cl *kgo.Client, d time.Duration) error {
+	cfgs, err := kadm.NewClient(cl).DescribeBrokerConfigs(ctx)
+	if err != nil {
+		return nil // cannot tell: the broker is the judge at the join
+	}
+	var lo, hi time.Duration
+	for _, rc := range cfgs {
+		if rc.Err != nil {
+			continue
+		}
+		for _, c := range rc.Configs {
+			if c.Value == nil {
+				continue
+			}
+			ms, err := strconv.ParseInt(*c.Value, 10, 64)
+			if err != nil {
+				continue
+			}
+			switch c.Key {
+			case "group.min.session.timeout.ms":
+				lo = max(lo, time.Duration(ms)*time.Millisecond)
+			case "group.max.session.timeout.ms":
+				if v := time.Duration(ms) * time.Millisecond; hi == 0 || v < hi {
+					hi = v
+				}
+			}
+		}
+	}
+	if (lo > 0 && d < lo) || (hi > 0 && d > hi) {
+		return fmt.Errorf("kafka: the session timeout %s is outside the range the brokers allow (%s to %s, group.min.session.timeout.ms and group.max.session.timeout.ms): set --session-timeout within it, or change the broker's range", d, lo, rangeEnd(hi))
+	}
+	return nil
+}
+
+func rangeEnd(hi time.Duration) string {
+	if hi == 0 {
+		return "no limit"
+	}
+	return hi.String()
 }
 
 // EndOffsets returns the end offset (high watermark: the offset the next

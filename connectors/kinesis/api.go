@@ -48,6 +48,14 @@ type Handler interface {
 	Lost(s Shard)
 }
 
+// PositionHandler is what a Handler may implement to learn how far behind
+// the tip of a shard it is: Position is called after every read of the
+// shard, also one that returned no records, before its records (if any) go
+// to Records. millisBehind 0 means the read reached the tip.
+type PositionHandler interface {
+	Position(s Shard, millisBehind int64)
+}
+
 // Shard is one shard handed to a Handler. Lease is nil in ReadRange.
 type Shard struct {
 	ID      string

@@ -150,10 +150,10 @@ func (r *fanOutReader) subscribe(ctx context.Context, st *fanOutState, deliver f
 // handle delivers one event and reports whether the shard ended.
 func (r *fanOutReader) handle(ctx context.Context, st *fanOutState, ev types.SubscribeToShardEvent, deliver func(Batch) error) (readResult, bool, error) {
 	b := Batch{MillisBehindLatest: aws.ToInt64(ev.MillisBehindLatest), Records: toRecords(ev.Records)}
+	if r.onBatch != nil {
+		r.onBatch(b) // empty events too: they say whether the shard is caught up
+	}
 	if len(b.Records) > 0 {
-		if r.onBatch != nil {
-			r.onBatch(b)
-		}
 		if err := deliver(b); err != nil {
 			st.delivering = true
 			return readResult{}, false, err

@@ -107,10 +107,10 @@ func (r *shardReader) read(ctx context.Context, start startPos, deliver func(Bat
 		}
 		failures = 0
 		b := Batch{MillisBehindLatest: aws.ToInt64(out.MillisBehindLatest), Records: toRecords(out.Records)}
+		if r.onBatch != nil {
+			r.onBatch(b) // empty batches too: they say whether the shard is caught up
+		}
 		if len(b.Records) > 0 {
-			if r.onBatch != nil {
-				r.onBatch(b)
-			}
 			if err := deliver(b); err != nil {
 				return readResult{}, err
 			}

@@ -53,9 +53,13 @@ func (c *Consumer) readOwned(ctx context.Context, w *worker) (readResult, error)
 	if resume == ShardEnd {
 		return readResult{ended: true}, nil
 	}
+	pos, _ := c.h.(PositionHandler)
 	onBatch := func(b Batch) {
 		c.m.records.Add(float64(len(b.Records)))
 		c.m.behind.WithLabelValues(s.ID).Set(float64(b.MillisBehindLatest))
+		if pos != nil {
+			pos.Position(s, b.MillisBehindLatest)
+		}
 	}
 	read := (&shardReader{
 		kin: c.kin, stream: c.cfg.Stream, shard: s.ID, poll: c.cfg.PollInterval, limit: c.cfg.MaxRecords,

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/kinesis"
+	"github.com/kandle/kandle/processors"
+)
+
+// countingProc counts the idle calls a stage makes.
+type countingProc struct{ ticks, resets int }
+
+func (p *countingProc) Process(processors.Record, *processors.Output) {}
+func (p *countingProc) Tick(*processors.Output)                       { p.ticks++ }
+func (p *countingProc) ResetIdle()                                    { p.resets++ }
+func (p *countingProc) Changes(func(key, val []byte))                 {}
+func (p *countingProc) Restore(key, val []byte) error                 { return nil }
+func (p *countingProc) Active(func(c *candle.Candle))                 {}
+
+// A Kinesis shard advances by the wall clock only while its reads reach
+// the tip (MillisBehindLatest 0): a freshly opened shard and a shard that
+// is behind restart their idle clock instead.
+func TestKinesisShardIdleOnlyAtTheTip(t *testing.T) {
+	proc := &countingProc{}
+	sh := &shardState{id: "shardId-000000000001", proc: proc, cl: &kgo.Client{}, behind: true}
+	k := &kinesisStage{log: slog.Default(), shards: map[string]*shardState{sh.id: sh}}
+	ctx := context.Background()
+	shard := kinesis.Shard{ID: sh.id}
+
+	k.tickShard(ctx, sh) // opened, not read yet
+	if proc.ticks != 0 || proc.resets != 1 {
+		t.Fatalf("a shard not read since it was opened: ticks %d resets %d, want 0 and 1", proc.ticks, proc.resets)
+	}
+	k.Position(shard, 0)
+	k.tickShard(ctx, sh)
+	if proc.ticks != 1 {
+		t.Fatalf("a shard at its tip did not tick")
+	}
+	k.Position(shard, 1500)
+	k.tickShard(ctx, sh)
+	if proc.ticks != 1 || proc.resets != 3 {
+		t.Fatalf("a shard 1.5s behind: ticks %d resets %d, want 1 and 3", proc.ticks, proc.resets)
+	}
+	k.Position(shard, 0)
+	k.tickShard(ctx, sh)
+	if proc.ticks != 2 {
+		t.Fatalf("a shard back at its tip did not tick")
+	}
+}
