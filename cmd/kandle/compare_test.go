@@ -1,0 +1,225 @@
+package main
+
+// The comparison of a live group's read-committed outputs with one
+// uninterrupted `kandle replay` of the same input, shared by the crash
+// harness, the fault tests and the live test.
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+)
+
+// injectedID marks the trade ids of records a test sends on purpose with a
+// bad clock or a bad key (see live_test.go); every other record is on time.
+const injectedID = "inject-"
+
+// window names one final candle: one (symbol, timeframe, open_time) of one topic.
+type window struct {
+	symbol string
+	open   int64
+}
+
+// diffLive describes how the live outputs got differ from the replay's want
+// ("" when they agree).
+//
+// Candles: a live group that is caught up and idle advances its watermarks
+// with the wall clock (idle_timeout), a replay never does, so after the
+// input ends the live group closes windows the replay leaves open. For each
+// topic and symbol, every live candle up to the replay's last window of that
+// symbol must equal the replay's exactly (nothing missing, nothing extra,
+// nothing changed); live candles after it are later windows the replay did
+// not close. Never, anywhere, may one window have two finals.
+//
+// Dead letters: equal as multisets (stage, reason, partition, offset and
+// record).
+func diffLive(want, got map[string][]string) string {
+	var b strings.Builder
+	for _, tp := range candleTopics {
+		diffLiveCandles(&b, tp, want[tp], got[tp])
+	}
+	diffDeadLetters(&b, want["dlq"], got["dlq"])
+	return b.String()
+}
+
+func diffLiveCandles(b *strings.Builder, tp string, want, got []string) {
+	last := map[string]int64{} // symbol → the replay's last open_time
+	ref := map[window]string{} // the replay's candle of each window
+	var order []window         // the replay's windows, in time order
+	for _, v := range want {
+		c, err := candle.ParseJSON([]byte(v))
+		if err != nil {
+			fmt.Fprintf(b, "%s: replay wrote a record that is not a candle: %s\n", tp, v)
+			continue
+		}
+		w := window{c.Symbol, c.OpenTime}
+		ref[w] = v
+		order = append(order, w)
+		if o, ok := last[c.Symbol]; !ok || c.OpenTime > o {
+			last[c.Symbol] = c.OpenTime
+		}
+	}
+	live := map[window][]string{}
+	later := 0
+	var bad []string
+	for _, v := range got {
+		c, err := candle.ParseJSON([]byte(v))
+		if err != nil {
+			bad = append(bad, v)
+			continue
+		}
+		w := window{c.Symbol, c.OpenTime}
+		live[w] = append(live[w], v)
+		if o, ok := last[c.Symbol]; !ok || c.OpenTime > o {
+			later++
+		}
+	}
+	var missing, changed, extra, doubled []window
+	for _, w := range order {
+		switch vs := live[w]; {
+		case len(vs) == 0:
+			missing = append(missing, w)
+		case len(vs) > 1:
+		case vs[0] != ref[w]:
+			changed = append(changed, w)
+		}
+	}
+	for w, vs := range live {
+		if len(vs) > 1 {
+			doubled = append(doubled, w)
+		}
+		if _, ok := ref[w]; !ok {
+			if o, ok := last[w.symbol]; ok && w.open <= o {
+				extra = append(extra, w)
+			}
+		}
+	}
+	if len(missing)+len(changed)+len(extra)+len(doubled)+len(bad) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "%s: of the replay's %d candles %d differ and %d are missing; live has %d extra in the replay's range, %d windows with more than one final, %d records that are not candles (and %d later windows the replay did not close)\n",
+		tp, len(ref), len(changed), len(missing), len(extra), len(doubled), len(bad), later)
+	byTime := func(a, b window) int { return cmp.Or(cmp.Compare(a.open, b.open), strings.Compare(a.symbol, b.symbol)) }
+	for _, l := range []struct {
+		what string
+		ws   []window
+	}{{"differs", changed}, {"missing", missing}, {"extra", extra}, {"two finals", doubled}} {
+		slices.SortFunc(l.ws, byTime)
+		for i, w := range l.ws {
+			if i == 5 {
+				fmt.Fprintf(b, "  … %d more %s\n", len(l.ws)-i, l.what)
+				break
+			}
+			fmt.Fprintf(b, "  %s %s %s:\n", l.what, w.symbol, time.UnixMilli(w.open).UTC().Format("15:04:05"))
+			if r, ok := ref[w]; ok {
+				fmt.Fprintf(b, "    replay %s\n", r)
+			}
+			for _, v := range live[w] {
+				fmt.Fprintf(b, "    live   %s\n", v)
+			}
+		}
+	}
+	for i, v := range bad {
+		if i == 3 {
+			break
+		}
+		fmt.Fprintf(b, "  not a candle: %s\n", v)
+	}
+}
+
+func diffDeadLetters(b *strings.Builder, want, got []string) {
+	w, g := map[string]int{}, map[string]int{}
+	for _, v := range want {
+		w[v]++
+	}
+	for _, v := range got {
+		g[v]++
+	}
+	var extra, missing []string
+	for v, n := range g {
+		if n > w[v] {
+			extra = append(extra, fmt.Sprintf("×%d (want ×%d) %s", n, w[v], v))
+		}
+	}
+	for v, n := range w {
+		if g[v] < n {
+			missing = append(missing, v)
+		}
+	}
+	if len(extra)+len(missing) == 0 {
+		return
+	}
+	slices.Sort(extra)
+	slices.Sort(missing)
+	fmt.Fprintf(b, "dlq: %d extra or doubled, %d missing (of %d); by stage and reason: replay %s, live %s; on-time records dead-lettered late: replay %d, live %d\n",
+		len(extra), len(missing), len(want), reasons(want), reasons(got), len(onTimeLate(want)), len(onTimeLate(got)))
+	for i, v := range extra {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(b, "  extra %s\n", v)
+	}
+	for i, v := range missing {
+		if i == 5 {
+			break
+		}
+		fmt.Fprintf(b, "  missing %s\n", v)
+	}
+}
+
+// reasons counts dead letters ("stage reason pP@O record") by stage and reason.
+func reasons(dl []string) string {
+	n := map[string]int{}
+	for _, v := range dl {
+		f := strings.Fields(v)
+		if len(f) >= 2 {
+			n[f[0]+" "+f[1]]++
+		}
+	}
+	keys := make([]string, 0, len(n))
+	for k := range n {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, n[k]))
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// onTimeLate returns the dead letters with reason late whose record is not
+// one the test injected with a bad clock: every generated trade is on time
+// (its disorder is below the lateness), so none of them may be late.
+func onTimeLate(dl []string) []string {
+	var out []string
+	for _, v := range dl {
+		if f := strings.Fields(v); len(f) >= 2 && f[1] == "late" && !strings.Contains(v, injectedID) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// twoFinals lists the windows of out that have more than one candle.
+func twoFinals(out map[string][]string) string {
+	var b strings.Builder
+	for _, tp := range candleTopics {
+		n := map[window]int{}
+		for _, v := range out[tp] {
+			if c, err := candle.ParseJSON([]byte(v)); err == nil {
+				n[window{c.Symbol, c.OpenTime}]++
+			}
+		}
+		for w, k := range n {
+			if k > 1 {
+				fmt.Fprintf(&b, "  %s %s %s: %d finals\n", tp, w.symbol, time.UnixMilli(w.open).UTC().Format("15:04:05"), k)
+			}
+		}
+	}
+	return b.String()
+}
