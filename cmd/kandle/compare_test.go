@@ -47,9 +47,9 @@ func diffLive(want, got map[string][]string) string {
 }
 
 func diffLiveCandles(b *strings.Builder, tp string, want, got []string) {
-	last := map[string]int64{} // symbol → the replay's last open_time
-	ref := map[window]string{} // the replay's candle of each window
-	var order []window         // the replay's windows, in time order
+	last := map[string]int64{}   // symbol → the replay's last open_time
+	ref := map[window][]string{} // the replay's candles of each window (one, unless it has two finals)
+	var order []window           // the replay's windows
 	for _, v := range want {
 		c, err := candle.ParseJSON([]byte(v))
 		if err != nil {
@@ -57,8 +57,10 @@ func diffLiveCandles(b *strings.Builder, tp string, want, got []string) {
 			continue
 		}
 		w := window{c.Symbol, c.OpenTime}
-		ref[w] = v
-		order = append(order, w)
+		if len(ref[w]) == 0 {
+			order = append(order, w)
+		}
+		ref[w] = append(ref[w], v)
 		if o, ok := last[c.Symbol]; !ok || c.OpenTime > o {
 			last[c.Symbol] = c.OpenTime
 		}
@@ -80,11 +82,12 @@ func diffLiveCandles(b *strings.Builder, tp string, want, got []string) {
 	}
 	var missing, changed, extra, doubled []window
 	for _, w := range order {
-		switch vs := live[w]; {
+		vs := slices.Sorted(slices.Values(live[w]))
+		switch {
 		case len(vs) == 0:
 			missing = append(missing, w)
-		case len(vs) > 1:
-		case vs[0] != ref[w]:
+		case len(vs) > 1: // reported as more than one final
+		case !slices.Equal(vs, ref[w]):
 			changed = append(changed, w)
 		}
 	}
@@ -101,7 +104,7 @@ func diffLiveCandles(b *strings.Builder, tp string, want, got []string) {
 	if len(missing)+len(changed)+len(extra)+len(doubled)+len(bad) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "%s: of the replay's %d candles %d differ and %d are missing; live has %d extra in the replay's range, %d windows with more than one final, %d records that are not candles (and %d later windows the replay did not close)\n",
+	fmt.Fprintf(b, "%s: of the replay's %d windows %d differ and %d are missing; live has %d extra in the replay's range, %d windows with more than one final, %d records that are not candles (and %d later windows the replay did not close)\n",
 		tp, len(ref), len(changed), len(missing), len(extra), len(doubled), len(bad), later)
 	byTime := func(a, b window) int { return cmp.Or(cmp.Compare(a.open, b.open), strings.Compare(a.symbol, b.symbol)) }
 	for _, l := range []struct {
@@ -115,7 +118,7 @@ func diffLiveCandles(b *strings.Builder, tp string, want, got []string) {
 				break
 			}
 			fmt.Fprintf(b, "  %s %s %s:\n", l.what, w.symbol, time.UnixMilli(w.open).UTC().Format("15:04:05"))
-			if r, ok := ref[w]; ok {
+			for _, r := range ref[w] {
 				fmt.Fprintf(b, "    replay %s\n", r)
 			}
 			for _, v := range live[w] {
@@ -207,7 +210,7 @@ func onTimeLate(dl []string) []string {
 
 // twoFinals lists the windows of out that have more than one candle.
 func twoFinals(out map[string][]string) string {
-	var b strings.Builder
+	var lines []string
 	for _, tp := range candleTopics {
 		n := map[window]int{}
 		for _, v := range out[tp] {
@@ -217,9 +220,10 @@ func twoFinals(out map[string][]string) string {
 		}
 		for w, k := range n {
 			if k > 1 {
-				fmt.Fprintf(&b, "  %s %s %s: %d finals\n", tp, w.symbol, time.UnixMilli(w.open).UTC().Format("15:04:05"), k)
+				lines = append(lines, fmt.Sprintf("  %s %s %s: %d finals", tp, time.UnixMilli(w.open).UTC().Format("15:04:05"), w.symbol, k))
 			}
 		}
 	}
-	return b.String()
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }

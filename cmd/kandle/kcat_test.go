@@ -71,7 +71,11 @@ commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 2}
 processors:
-  1m: {kind: candles, from: trades, timeframe: 1m, lateness: 1s, idle_timeout: 0s, max_future: 0s, output: {topic: candles.1m, partitions: 1}}
+  # The fixture's trades are pinned in the past (January 2026) and the test
+  # expects exactly the candles they make, so idle advance stays off here:
+  # a caught-up live partition would otherwise move its watermark to the
+  # wall clock and add gap candles after them. Everything else is default.
+  1m: {kind: candles, from: trades, timeframe: 1m, lateness: 1s, idle_timeout: 0s, output: {topic: candles.1m, partitions: 1}}
   5m: {kind: rollup, from: 1m, timeframe: 5m, output: {topic: candles.5m, partitions: 1}}
 dead_letter: {topic: kcat.dlq}
 `, addr, metricsAddr)), 0o644); err != nil {
