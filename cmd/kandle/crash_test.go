@@ -79,6 +79,7 @@ type cluster struct {
 	brData  string
 	insts   map[string]*instance
 	seq     int         // state dir counter
+	named   int         // instances named so far (i1, i2, …)
 	cl      *kgo.Client // admin
 	adm     *kadm.Client
 	sent    int      // records the generator processes reported
@@ -223,6 +224,22 @@ func (c *cluster) startInstance(name string, fresh bool) *instance {
 	c.insts[name] = in
 	c.logf("%s: started (state %s)", name, filepath.Base(in.stateDir))
 	return in
+}
+
+// newName names a new instance: i1, i2, …
+func (c *cluster) newName() string {
+	c.named++
+	return fmt.Sprintf("i%d", c.named)
+}
+
+// startInstances starts n new instances on empty disks and waits until
+// every stage group has them all as members.
+func (c *cluster) startInstances(n int) {
+	c.t.Helper()
+	for range n {
+		c.startInstance(c.newName(), true)
+	}
+	c.waitSettled(30 * time.Second)
 }
 
 func (c *cluster) running() []string {
@@ -580,12 +597,7 @@ func TestCrashHarness(t *testing.T) {
 	}
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	r := rng(t)
-	next := 1
-	newName := func() string { n := fmt.Sprintf("i%d", next); next++; return n }
-	for range 3 {
-		c.startInstance(newName(), true)
-	}
-	c.waitSettled(30 * time.Second)
+	c.startInstances(3)
 	gen := c.startGen(rate, span)
 	kills, added, stopped, killsWhileFlowing := 0, 0, 0, 0
 	for flowing := true; flowing || kills < minKills; {
@@ -604,11 +616,11 @@ func TestCrashHarness(t *testing.T) {
 		// during its first join stays a member forever once the leader syncs
 		// and keeps its partitions; Kafka expires it. See the report of #3.
 		c.waitSettled(30 * time.Second)
-		c.chaos(r, &kills, &added, &stopped, newName)
+		c.chaos(r, &kills, &added, &stopped)
 	}
 	c.waitGen(gen, time.Minute)
 	for len(c.running()) < 2 {
-		c.startInstance(newName(), true)
+		c.startInstance(c.newName(), true)
 	}
 	c.logf("chaos over: %d SIGKILLs (%d while trades were produced), %d instances added, %d stopped gracefully; running %v",
 		kills, killsWhileFlowing, added, stopped, c.running())
@@ -620,7 +632,7 @@ func TestCrashHarness(t *testing.T) {
 // (then the instance restarts on its old disk, on an empty one, or a new
 // instance takes its place), else a new instance joins or one leaves with
 // SIGTERM. Two instances always keep running.
-func (c *cluster) chaos(r *rand.Rand, kills, added, stopped *int, newName func() string) {
+func (c *cluster) chaos(r *rand.Rand, kills, added, stopped *int) {
 	c.t.Helper()
 	run := c.running()
 	switch x := r.IntN(10); {
@@ -635,11 +647,11 @@ func (c *cluster) chaos(r *rand.Rand, kills, added, stopped *int, newName func()
 		case y < 8: // same instance id on a new machine: state from the changelog
 			c.startInstance(name, true)
 		default: // gone for good; a new instance takes its place
-			c.startInstance(newName(), true)
+			c.startInstance(c.newName(), true)
 		}
 	case x < 9 && len(run) < 4:
 		*added++
-		c.startInstance(newName(), true)
+		c.startInstance(c.newName(), true)
 	default:
 		name := run[r.IntN(len(run))]
 		d, ok := c.insts[name].p.term(15 * time.Second)

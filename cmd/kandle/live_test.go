@@ -48,12 +48,7 @@ func TestLiveEqualsReplayUnderFaults(t *testing.T) {
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	maxFuture := shippedMaxFuture(t, c.topFile)
 	r := rng(t)
-	next := 1
-	newName := func() string { n := fmt.Sprintf("i%d", next); next++; return n }
-	for range 3 {
-		c.startInstance(newName(), true)
-	}
-	c.waitSettled(30 * time.Second)
+	c.startInstances(3)
 	gen := c.startGen(rate, span)
 
 	var injected map[string]string
@@ -70,11 +65,11 @@ func TestLiveEqualsReplayUnderFaults(t *testing.T) {
 			injected = injectBadRecords(t, c, kcat, maxFuture)
 		}
 		c.waitSettled(30 * time.Second)
-		faults[c.fault(r, step, newName)]++
+		faults[c.fault(r, step)]++
 	}
 	c.waitGen(gen, time.Minute)
 	for len(c.running()) < 2 {
-		c.startInstance(newName(), true)
+		c.startInstance(c.newName(), true)
 	}
 	c.logf("faults over: %v; running %v", faults, c.running())
 	if injected == nil {
@@ -90,7 +85,7 @@ func TestLiveEqualsReplayUnderFaults(t *testing.T) {
 // restart on the same disk, a join, SIGKILL with a restart on an empty disk,
 // a leave (SIGTERM), SIGKILL with a new instance in its place, SIGTERM with
 // a restart on the same disk. Two instances always keep running.
-func (c *cluster) fault(r *rand.Rand, step int, newName func() string) string {
+func (c *cluster) fault(r *rand.Rand, step int) string {
 	c.t.Helper()
 	run := c.running()
 	victim := run[r.IntN(len(run))]
@@ -113,7 +108,7 @@ func (c *cluster) fault(r *rand.Rand, step int, newName func() string) string {
 		return "kill+restart"
 	case 1:
 		if len(run) < 4 {
-			c.startInstance(newName(), true)
+			c.startInstance(c.newName(), true)
 			return "join"
 		}
 		fallthrough
@@ -122,7 +117,7 @@ func (c *cluster) fault(r *rand.Rand, step int, newName func() string) string {
 			term()
 			return "leave"
 		}
-		c.startInstance(newName(), true)
+		c.startInstance(c.newName(), true)
 		return "join"
 	case 2:
 		kill()
@@ -130,7 +125,7 @@ func (c *cluster) fault(r *rand.Rand, step int, newName func() string) string {
 		return "kill+restart on an empty disk"
 	case 4:
 		kill()
-		c.startInstance(newName(), true)
+		c.startInstance(c.newName(), true)
 		return "kill+replace"
 	default:
 		term()
