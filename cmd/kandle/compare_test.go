@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/kandle/kandle/candle"
@@ -226,4 +227,49 @@ func twoFinals(out map[string][]string) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// The comparison itself: later windows of the live group pass; a changed,
+// missing or extra candle in the replay's range, a second final anywhere,
+// and a dead letter the replay does not have each fail it, and on-time
+// late dead letters are found.
+func TestDiffLive(t *testing.T) {
+	cnd := func(sym string, open int64, trades int) string {
+		return fmt.Sprintf(`{"symbol":%q,"timeframe":"5s","open_time":%d,"close_time":%d,"open":"1","high":"1","low":"1","close":"1","volume":"%d","quote_volume":"%d","trades":%d,"gap":%v}`,
+			sym, open, open+5000, trades, trades, trades, trades == 0)
+	}
+	out := func(c5s []string, dlq ...string) map[string][]string {
+		m := map[string][]string{"dlq": dlq}
+		for _, tp := range candleTopics {
+			m[tp] = nil
+		}
+		m["c.5s"] = slices.Sorted(slices.Values(c5s))
+		return m
+	}
+	late := `c5s late p1@7 {"symbol":"BTC","ts":1,"trade_id":9}`
+	want := out([]string{cnd("BTC", 0, 2), cnd("BTC", 5000, 0), cnd("ETH", 0, 1)}, late)
+	for _, tc := range []struct {
+		name, diff string // diff: a substring of the difference ("" = equal)
+		got        map[string][]string
+	}{
+		{"equal", "", out([]string{cnd("BTC", 0, 2), cnd("BTC", 5000, 0), cnd("ETH", 0, 1)}, late)},
+		{"later windows", "", out([]string{cnd("BTC", 0, 2), cnd("BTC", 5000, 0), cnd("BTC", 10000, 0), cnd("ETH", 0, 1), cnd("ETH", 5000, 3), cnd("SOL", 0, 1)}, late)},
+		{"changed", "1 differ", out([]string{cnd("BTC", 0, 1), cnd("BTC", 5000, 0), cnd("ETH", 0, 1)}, late)},
+		{"missing", "1 are missing", out([]string{cnd("BTC", 0, 2), cnd("ETH", 0, 1)}, late)},
+		{"extra in range", "1 extra in the replay's range", out([]string{cnd("BTC", 0, 2), cnd("BTC", 5000, 0), cnd("ETH", -5000, 0), cnd("ETH", 0, 1)}, late)},
+		{"two finals", "1 windows with more than one final", out([]string{cnd("BTC", 0, 2), cnd("BTC", 5000, 0), cnd("ETH", 0, 1), cnd("ETH", 0, 2)}, late)},
+		{"two finals later", "1 windows with more than one final", out([]string{cnd("BTC", 0, 2), cnd("BTC", 5000, 0), cnd("ETH", 0, 1), cnd("ETH", 5000, 1), cnd("ETH", 5000, 0)}, late)},
+		{"dead letter", "dlq: 1 extra", out([]string{cnd("BTC", 0, 2), cnd("BTC", 5000, 0), cnd("ETH", 0, 1)}, late, `d15s late p2@3 {"trade_id":4}`)},
+	} {
+		d := diffLive(want, tc.got)
+		if tc.diff == "" && d != "" || tc.diff != "" && !strings.Contains(d, tc.diff) {
+			t.Errorf("%s: diff %q, want one containing %q", tc.name, d, tc.diff)
+		}
+	}
+	if n := len(onTimeLate([]string{late, `c5s late p1@8 {"trade_id":"` + injectedID + `ts0"}`, `c5s duplicate p1@9 {}`})); n != 1 {
+		t.Errorf("onTimeLate found %d on-time late dead letters, want 1", n)
+	}
+	if two := twoFinals(out([]string{cnd("BTC", 0, 2), cnd("BTC", 0, 1)})); !strings.Contains(two, "BTC: 2 finals") {
+		t.Errorf("twoFinals missed a doubled window: %q", two)
+	}
 }

@@ -1,9 +1,11 @@
 package main
 
-// This file is the fixture the crash harness (crash_test.go) and the fault
-// tests (faults_test.go) share: a `kandle dev-broker` process, `kandle run`
-// instances as processes, a trade producer, and the comparison of the
-// read-committed outputs with one uninterrupted `kandle replay`.
+// This file is the fixture the crash harness (crash_test.go), the fault
+// tests (faults_test.go) and the live test (live_test.go) share: a `kandle
+// dev-broker` process, `kandle run` instances as processes with the shipped
+// defaults, `kandle gen` producing real-time trades, and the comparison of
+// the read-committed outputs with one uninterrupted `kandle replay`
+// (compare_test.go).
 
 import (
 	"bytes"
