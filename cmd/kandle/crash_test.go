@@ -602,14 +602,13 @@ func TestCrashHarness(t *testing.T) {
 	c.startInstances(3)
 	gen := c.startGen(rate, span)
 	kills, added, stopped, killsWhileFlowing := 0, 0, 0, 0
-	for flowing := true; flowing || kills < minKills; {
+	genDone := gen.done // nil once it fired, so the pause below always applies
+	for genDone != nil || kills < minKills {
 		select {
-		case <-gen.done:
-			if flowing {
-				flowing = false
-				killsWhileFlowing = kills
-				c.logf("gen: exited, %d SIGKILLs so far", kills)
-			}
+		case <-genDone:
+			genDone = nil
+			killsWhileFlowing = kills
+			c.logf("gen: exited, %d SIGKILLs so far", kills)
 		case <-time.After(time.Duration(500+r.IntN(1500)) * time.Millisecond):
 		}
 		// Kill only once every running instance is a member of every stage
