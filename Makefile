@@ -51,9 +51,11 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -parallel 1 $$pkg; \
 	done
 
-## soak: the long crash harness (many more kills and trades than make test)
+## soak: the crash harness and the live-under-faults test for minutes (many more kills and trades than
+## make test), with the shipped defaults; SOAK_COUNT=5 runs them five times in a row
+SOAK_COUNT ?= 1
 soak: deps
-	KANDLE_SOAK=1 $(GO) test -run 'TestCrashHarness' -timeout 60m -v ./cmd/kandle
+	KANDLE_SOAK=1 $(GO) test -p 1 -count=$(SOAK_COUNT) -run '^(TestCrashHarness|TestLiveEqualsReplayUnderFaults)$$' -timeout 180m -v ./cmd/kandle
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

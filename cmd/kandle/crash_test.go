@@ -1,9 +1,11 @@
 package main
 
-// This file is the fixture the crash harness (crash_test.go) and the fault
-// tests (faults_test.go) share: a `kandle dev-broker` process, `kandle run`
-// instances as processes, a trade producer, and the comparison of the
-// read-committed outputs with one uninterrupted `kandle replay`.
+// This file is the fixture the crash harness (crash_test.go), the fault
+// tests (faults_test.go) and the live test (live_test.go) share: a `kandle
+// dev-broker` process, `kandle run` instances as processes with the shipped
+// defaults, `kandle gen` producing real-time trades, and the comparison of
+// the read-committed outputs with one uninterrupted `kandle replay`
+// (compare_test.go).
 
 import (
 	"bytes"
@@ -16,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,14 +28,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kafka"
-	"github.com/kandle/kandle/internal/gen"
 	"github.com/kandle/kandle/internal/testkit"
 )
 
-// clusterTopology is the topology every instance runs: a 1m candle stage
-// with a 5m → 15m → 1h rollup chain and a direct 5m stage. Idle advance is
-// off (it follows the wall clock, which replay never does) and so is the
-// future guard (the generated trades lie in the past).
+// clusterTopology is the topology every instance runs: a 5s candle stage
+// with a 15s → 1m rollup chain and a direct 15s stage. Every processor runs
+// with the shipped defaults (lateness, idle_timeout, max_future, max_idle):
+// these tests prove that what users deploy equals a replay under faults, so
+// nothing is switched off. The input is generated in real time (event times
+// follow the wall clock), which is what the defaults are made for; short
+// timeframes make a minute of input close windows of every stage.
 const clusterTopology = `
 name: crash
 group: crash
@@ -42,20 +47,26 @@ commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 6}
 processors:
-  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: %[2]sc.1m, partitions: 4}}
-  c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: %[2]sc.5m, partitions: 3}}
-  c15m: {kind: rollup, from: c5m, timeframe: 15m, output: {topic: %[2]sc.15m, partitions: 2}}
-  c1h: {kind: rollup, from: c15m, timeframe: 1h, output: {topic: %[2]sc.1h, partitions: 1}}
-  d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: %[2]sd.5m, partitions: 3}}
+  c5s: {kind: candles, from: trades, timeframe: 5s, output: {topic: %[2]sc.5s, partitions: 4}}
+  c15s: {kind: rollup, from: c5s, timeframe: 15s, output: {topic: %[2]sc.15s, partitions: 3}}
+  c1m: {kind: rollup, from: c15s, timeframe: 1m, output: {topic: %[2]sc.1m, partitions: 2}}
+  d15s: {kind: candles, from: trades, timeframe: 15s, output: {topic: %[2]sd.15s, partitions: 3}}
 dead_letter: {topic: %[2]sdlq}
 `
 
 // stages are the processor names of clusterTopology (one consumer group each).
-var stages = []string{"c1m", "c5m", "c15m", "c1h", "d5m"}
+var stages = []string{"c5s", "c15s", "c1m", "d15s"}
 
 // outTopics are the topics compared with the replay; the replay topology
-// writes the same topics with the prefix "replay.".
-var outTopics = []string{"c.1m", "c.5m", "c.15m", "c.1h", "d.5m", "dlq"}
+// writes the same topics with the prefix "replay.". candleTopics are those
+// of them that hold candles.
+var (
+	outTopics    = []string{"c.5s", "c.15s", "c.1m", "d.15s", "dlq"}
+	candleTopics = []string{"c.5s", "c.15s", "c.1m", "d.15s"}
+)
+
+// clusterSymbols are the generated symbols (record keys).
+var clusterSymbols = []string{"BTC", "ETH", "SOL", "ADA", "DOT", "XRP", "BNB", "AVAX", "LTC", "LINK", "ATOM", "NEAR", "UNI", "XLM", "TRX", "ETC"}
 
 // cluster is a dev broker process plus kandle instances, all separate
 // processes of the test binary (see TestMain).
@@ -69,11 +80,12 @@ type cluster struct {
 	broker  *kproc
 	brData  string
 	insts   map[string]*instance
-	seq     int // state dir counter
-	gen     *gen.Generator
-	cl      *kgo.Client // producer and admin
+	seq     int         // state dir counter
+	named   int         // instances named so far (i1, i2, …)
+	cl      *kgo.Client // admin
 	adm     *kadm.Client
-	sent    int
+	sent    int      // records the generator processes reported
+	gens    []*kproc // generator processes
 	opts    clusterOpts
 }
 
@@ -88,7 +100,7 @@ type instance struct {
 	p        *kproc
 }
 
-func newCluster(t *testing.T, total int, o clusterOpts) *cluster {
+func newCluster(t *testing.T, o clusterOpts) *cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "kandle-"+t.Name()+"-*")
 	if err != nil {
@@ -99,6 +111,9 @@ func newCluster(t *testing.T, total int, o clusterOpts) *cluster {
 	t.Cleanup(func() {
 		for _, in := range c.insts {
 			in.p.kill()
+		}
+		for _, g := range c.gens {
+			g.kill()
 		}
 		if c.cl != nil {
 			c.cl.Close()
@@ -118,8 +133,7 @@ func newCluster(t *testing.T, total int, o clusterOpts) *cluster {
 	c.startBroker()
 	c.topFile = c.writeTopology("crash.yaml", "")
 	c.repFile = c.writeTopology("replay.yaml", "replay.")
-	c.cl, err = kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.ProducerLinger(5*time.Millisecond),
-		kgo.RetryTimeout(2*time.Minute))
+	c.cl, err = kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.RetryTimeout(2*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,15 +145,6 @@ func newCluster(t *testing.T, total int, o clusterOpts) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := kafka.EnsureTopics(ctx, c.cl, specs); err != nil {
-		t.Fatal(err)
-	}
-	cfg := gen.DefaultConfig()
-	cfg.Symbols = []string{"BTC", "ETH", "SOL", "ADA", "DOT", "XRP", "BNB", "AVAX", "LTC", "LINK", "ATOM", "NEAR", "UNI", "XLM", "TRX", "ETC"}
-	// Event times span 4h per 200k records so every rollup closes windows.
-	cfg.Count, cfg.Seed, cfg.Span = total, 7, time.Duration(total)*72*time.Millisecond
-	cfg.Start = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
-	cfg.Disorder, cfg.DupRate, cfg.MalformedRate = time.Second, 0.02, 0.005
-	if c.gen, err = gen.New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -223,6 +228,22 @@ func (c *cluster) startInstance(name string, fresh bool) *instance {
 	return in
 }
 
+// newName names a new instance: i1, i2, …
+func (c *cluster) newName() string {
+	c.named++
+	return fmt.Sprintf("i%d", c.named)
+}
+
+// startInstances starts n new instances on empty disks and waits until
+// every stage group has them all as members.
+func (c *cluster) startInstances(n int) {
+	c.t.Helper()
+	for range n {
+		c.startInstance(c.newName(), true)
+	}
+	c.waitSettled(30 * time.Second)
+}
+
 func (c *cluster) running() []string {
 	var names []string
 	for n, in := range c.insts {
@@ -234,25 +255,52 @@ func (c *cluster) running() []string {
 	return names
 }
 
-// produce sends the generator's next n records (fewer at its end) and
-// returns how many it sent.
-func (c *cluster) produce(n int) int {
+// genRate is the records per second the cluster tests generate: a real
+// time feed spread over all six partitions.
+const genRate = 1000
+
+// startGen runs `kandle gen` as a process producing d of real-time input at
+// rate records/s, keyed by symbol: event times start at the wall clock and
+// advance with it (the generator paces its records against its start), lag
+// it by at most 300ms of disorder (below the default lateness), and 2% of the
+// records are verbatim duplicates and 0.5% malformed. This is how a user
+// feeds a deployed group; nothing in the input is stamped in the past.
+func (c *cluster) startGen(rate int, d time.Duration) *kproc {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var rs []*kgo.Record
-	for range n {
-		k, v, ok := c.gen.Next()
-		if !ok {
-			break
-		}
-		rs = append(rs, &kgo.Record{Topic: "trades", Key: k, Value: v})
+	n := int(float64(rate) * d.Seconds())
+	p := c.spawn(fmt.Sprintf("gen%d", len(c.gens)+1), "gen", "-brokers", c.addr, "-topic", "trades",
+		"-start", "now", "-span", "0s", "-rate", strconv.Itoa(rate), "-count", strconv.Itoa(n),
+		"-seed", "7", "-disorder", "300ms", "-dup-rate", "0.02", "-malformed-rate", "0.005",
+		"-symbols", strings.Join(clusterSymbols, ","))
+	c.gens = append(c.gens, p)
+	c.logf("gen: producing %d records at %d/s (%s of real-time trades)", n, rate, d)
+	return p
+}
+
+// waitGen waits for a generator process, fails unless it exited cleanly,
+// and adds the records it reports to c.sent.
+func (c *cluster) waitGen(p *kproc, within time.Duration) {
+	c.t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		p.kill()
+		c.t.Fatalf("kandle gen did not finish within %s; log %s", within, p.logPath)
 	}
-	if err := c.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		c.t.Fatalf("produce trades: %v", err)
+	if p.err != nil {
+		c.t.Fatalf("kandle gen: %v\n%s", p.err, p.tail(3000))
 	}
-	c.sent += len(rs)
-	return len(rs)
+	log := p.tail(1 << 16)
+	i := strings.LastIndex(log, "produced ")
+	var n int
+	if i < 0 {
+		c.t.Fatalf("kandle gen did not report what it produced:\n%s", p.tail(3000))
+	}
+	if _, err := fmt.Sscanf(log[i:], "produced %d records", &n); err != nil {
+		c.t.Fatalf("kandle gen report %q: %v", log[i:], err)
+	}
+	c.sent += n
+	c.logf("gen: done, %s", strings.TrimSpace(log[i:]))
 }
 
 // replay runs one uninterrupted `kandle replay` of everything produced into
@@ -272,14 +320,19 @@ func (c *cluster) replay() map[string][]string {
 	}
 	want := c.outputs("replay.")
 	c.logf("replay: done: %s", counts(want))
-	if len(want["c.1h"]) < 16 || len(want["c.1m"]) < 16*30 {
+	// Every symbol has closed windows in every stage up to 15s.
+	if len(want["c.15s"]) < len(clusterSymbols) || len(want["d.15s"]) < len(clusterSymbols) ||
+		len(want["c.5s"]) < 3*len(clusterSymbols) {
 		c.t.Fatalf("replay made too few candles to prove anything: %s", counts(want))
+	}
+	if two := twoFinals(want); two != "" {
+		c.t.Errorf("the replay emitted more than one final for a window (one key on two partitions?):\n%s", two)
 	}
 	return want
 }
 
 // outputs reads the committed records of every compared topic (with the
-// prefix); dead letters become "stage reason partition offset".
+// prefix); dead letters become "stage reason pP@O record".
 func (c *cluster) outputs(prefix string) map[string][]string {
 	c.t.Helper()
 	out := map[string][]string{}
@@ -289,13 +342,14 @@ func (c *cluster) outputs(prefix string) map[string][]string {
 			v := string(r.Value)
 			if tp == "dlq" {
 				var d struct {
-					Reason, Stage     string
-					Partition, Offset int64
+					Reason, Stage, Record string
+					RecordBase64          string `json:"record_base64"`
+					Partition, Offset     int64
 				}
 				if err := json.Unmarshal(r.Value, &d); err != nil {
 					c.t.Fatalf("dead letter %s: %v", r.Value, err)
 				}
-				v = fmt.Sprintf("%s %s p%d@%d", d.Stage, d.Reason, d.Partition, d.Offset)
+				v = fmt.Sprintf("%s %s p%d@%d %s%s", d.Stage, d.Reason, d.Partition, d.Offset, d.Record, d.RecordBase64)
 			}
 			vals = append(vals, v)
 		}
@@ -313,18 +367,22 @@ func counts(m map[string][]string) string {
 	return strings.Join(parts, " ")
 }
 
-// waitExact polls the live outputs until they equal want as multisets (no
-// candle missing, none extra, none twice). On timeout it prints the
-// difference, SIGQUITs the instances (goroutine dumps land in their logs)
-// and fails.
+// waitExact polls the live outputs until they equal the replay's (see
+// diffLive) and then checks that no on-time trade was dead-lettered late.
+// On timeout it prints the difference, SIGQUITs the instances (goroutine
+// dumps land in their logs) and fails.
 func (c *cluster) waitExact(want map[string][]string, within time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		got := c.outputs("")
-		diff := diffMultisets(want, got)
+		diff := diffLive(want, got)
 		if diff == "" {
-			c.logf("live outputs equal the replay exactly: %s", counts(got))
+			c.logf("live outputs equal the replay exactly: %s (live: %s)", counts(want), counts(got))
+			if late := onTimeLate(got["dlq"]); len(late) > 0 {
+				c.t.Fatalf("%d on-time records were dead-lettered late (live and replay agree), e.g.:\n  %s",
+					len(late), strings.Join(late[:min(5, len(late))], "\n  "))
+			}
 			return
 		}
 		if time.Now().After(deadline) {
@@ -348,49 +406,6 @@ func (c *cluster) waitExact(want map[string][]string, within time.Duration) {
 		}
 		time.Sleep(time.Second)
 	}
-}
-
-// diffMultisets describes how got differs from want, topic by topic ("" if equal).
-func diffMultisets(want, got map[string][]string) string {
-	var b strings.Builder
-	for _, tp := range outTopics {
-		w, g := map[string]int{}, map[string]int{}
-		for _, v := range want[tp] {
-			w[v]++
-		}
-		for _, v := range got[tp] {
-			g[v]++
-		}
-		var extra, missing []string
-		for v, n := range g {
-			if n > w[v] {
-				extra = append(extra, fmt.Sprintf("×%d (want ×%d) %s", n, w[v], v))
-			}
-		}
-		for v, n := range w {
-			if g[v] < n {
-				missing = append(missing, v)
-			}
-		}
-		sort.Strings(extra)
-		sort.Strings(missing)
-		if len(extra)+len(missing) > 0 {
-			fmt.Fprintf(&b, "%s: %d extra or doubled, %d missing (of %d)\n", tp, len(extra), len(missing), len(want[tp]))
-		}
-		for i, v := range extra {
-			if i == 3 {
-				break
-			}
-			fmt.Fprintf(&b, "  extra %s\n", v)
-		}
-		for i, v := range missing {
-			if i == 3 {
-				break
-			}
-			fmt.Fprintf(&b, "  missing %s\n", v)
-		}
-	}
-	return b.String()
 }
 
 // members returns how many members each stage's consumer group has.
@@ -565,83 +580,35 @@ func rng(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(seed, seed>>1|1))
 }
 
-// produceInBackground sends the rest of the generator's records in chunks
-// with a pause between them, so trades keep flowing while instances die.
-// The returned channel yields the goroutine's result once; c.sent and c.gen
-// belong to the goroutine until then.
-func (c *cluster) produceInBackground(ctx context.Context, chunk int, pause time.Duration) <-chan error {
-	done := make(chan error, 1)
-	go func() {
-		for {
-			var rs []*kgo.Record
-			for range chunk {
-				k, v, ok := c.gen.Next()
-				if !ok {
-					break
-				}
-				rs = append(rs, &kgo.Record{Topic: "trades", Key: k, Value: v})
-			}
-			if len(rs) == 0 {
-				done <- nil
-				return
-			}
-			if err := c.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-				done <- fmt.Errorf("produce trades: %w", err)
-				return
-			}
-			c.sent += len(rs)
-			select {
-			case <-time.After(pause):
-			case <-ctx.Done():
-				done <- ctx.Err()
-				return
-			}
-		}
-	}()
-	return done
-}
-
-// The issue's crash harness: the topology runs as separate `kandle run`
-// processes while ≥ 200k generated trades flow; instances are SIGKILLed at
-// random points (≥ 10 times), restarted with their old disk or an empty one,
-// added and stopped gracefully. Afterwards every output topic's
-// read-committed records and the dead letters equal, as multisets, those of
-// one uninterrupted `kandle replay` of the same input.
+// The issue's crash harness, with the shipped defaults: the topology runs
+// as separate `kandle run` processes while `kandle gen` produces real-time
+// trades; instances are SIGKILLed at random points (≥ 8 times), restarted
+// with their old disk or an empty one, added and stopped gracefully.
+// Afterwards every output topic's read-committed candles equal those of one
+// uninterrupted `kandle replay` of the same input (see diffLive), the dead
+// letters are the same, and no on-time trade was dead-lettered late.
 //
-// KANDLE_SOAK=1 (make soak) runs 1M trades and ≥ 40 kills;
-// KANDLE_CRASH_SEED repeats a run's actions.
+// KANDLE_SOAK=1 (make soak) runs 10 minutes of input at twice the rate and
+// ≥ 60 kills; KANDLE_CRASH_SEED repeats a run's actions.
 func TestCrashHarness(t *testing.T) {
 	// Each kill waits for the groups to settle (the dead member's session,
-	// 6s), so production is paced to span about minKills × 6s.
-	total, minKills, chunk, pause, catchUp := 200_000, 10, 4_000, 1200*time.Millisecond, 3*time.Minute
+	// 6s), so 75s of input see about ten kills.
+	rate, span, minKills, catchUp := genRate, 75*time.Second, 8, 3*time.Minute
 	if os.Getenv("KANDLE_SOAK") == "1" {
-		total, minKills, chunk, pause, catchUp = 1_000_000, 40, 4_000, 1000*time.Millisecond, 10*time.Minute
+		rate, span, minKills, catchUp = 2*genRate, 10*time.Minute, 60, 10*time.Minute
 	}
-	c := newCluster(t, total, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
+	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	r := rng(t)
-	next := 1
-	newName := func() string { n := fmt.Sprintf("i%d", next); next++; return n }
-	for range 3 {
-		c.startInstance(newName(), true)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	prod := c.produceInBackground(ctx, chunk, pause)
-	defer func() { // the producer goroutine is waited for on every path
-		cancel()
-		if prod != nil {
-			<-prod
-		}
-	}()
+	c.startInstances(3)
+	gen := c.startGen(rate, span)
 	kills, added, stopped, killsWhileFlowing := 0, 0, 0, 0
-	for prod != nil || kills < minKills {
+	genDone := gen.done // nil once it fired, so the pause below always applies
+	for genDone != nil || kills < minKills {
 		select {
-		case err := <-prod:
-			if err != nil {
-				t.Fatal(err)
-			}
-			prod = nil
+		case <-genDone:
+			genDone = nil
 			killsWhileFlowing = kills
-			c.logf("producer: all %d records sent, %d SIGKILLs so far", c.sent, kills)
+			c.logf("gen: exited, %d SIGKILLs so far", kills)
 		case <-time.After(time.Duration(500+r.IntN(1500)) * time.Millisecond):
 		}
 		// Kill only once every running instance is a member of every stage
@@ -650,39 +617,49 @@ func TestCrashHarness(t *testing.T) {
 		// during its first join stays a member forever once the leader syncs
 		// and keeps its partitions; Kafka expires it. See the report of #3.
 		c.waitSettled(30 * time.Second)
-		run := c.running()
-		switch x := r.IntN(10); {
-		case x < 7 || len(run) <= 2: // SIGKILL at a random point
-			name := run[r.IntN(len(run))]
-			c.insts[name].p.kill()
-			kills++
-			c.logf("%s: SIGKILL (#%d)", name, kills)
-			switch y := r.IntN(10); {
-			case y < 5: // same instance, same disk: fences its previous incarnation
-				c.startInstance(name, false)
-			case y < 8: // same instance id on a new machine: state from the changelog
-				c.startInstance(name, true)
-			default: // gone for good; a new instance takes its place
-				c.startInstance(newName(), true)
-			}
-		case x < 9 && len(run) < 4:
-			added++
-			c.startInstance(newName(), true)
-		default:
-			name := run[r.IntN(len(run))]
-			d, ok := c.insts[name].p.term(15 * time.Second)
-			if !ok {
-				t.Fatalf("%s did not stop within %s of SIGTERM", name, d)
-			}
-			stopped++
-			c.logf("%s: SIGTERM, exited in %s", name, d.Round(time.Millisecond))
-		}
+		c.chaos(r, &kills, &added, &stopped)
 	}
+	c.waitGen(gen, time.Minute)
 	for len(c.running()) < 2 {
-		c.startInstance(newName(), true)
+		c.startInstance(c.newName(), true)
 	}
 	c.logf("chaos over: %d SIGKILLs (%d while trades were produced), %d instances added, %d stopped gracefully; running %v",
 		kills, killsWhileFlowing, added, stopped, c.running())
 	want := c.replay()
 	c.waitExact(want, catchUp)
+}
+
+// chaos does one random fault to the running instances: mostly a SIGKILL
+// (then the instance restarts on its old disk, on an empty one, or a new
+// instance takes its place), else a new instance joins or one leaves with
+// SIGTERM. Two instances always keep running.
+func (c *cluster) chaos(r *rand.Rand, kills, added, stopped *int) {
+	c.t.Helper()
+	run := c.running()
+	switch x := r.IntN(10); {
+	case x < 7 || len(run) <= 2: // SIGKILL at a random point
+		name := run[r.IntN(len(run))]
+		c.insts[name].p.kill()
+		*kills++
+		c.logf("%s: SIGKILL (#%d)", name, *kills)
+		switch y := r.IntN(10); {
+		case y < 5: // same instance, same disk: fences its previous incarnation
+			c.startInstance(name, false)
+		case y < 8: // same instance id on a new machine: state from the changelog
+			c.startInstance(name, true)
+		default: // gone for good; a new instance takes its place
+			c.startInstance(c.newName(), true)
+		}
+	case x < 9 && len(run) < 4:
+		*added++
+		c.startInstance(c.newName(), true)
+	default:
+		name := run[r.IntN(len(run))]
+		d, ok := c.insts[name].p.term(15 * time.Second)
+		if !ok {
+			c.t.Fatalf("%s did not stop within %s of SIGTERM", name, d)
+		}
+		*stopped++
+		c.logf("%s: SIGTERM, exited in %s", name, d.Round(time.Millisecond))
+	}
 }

@@ -6,43 +6,21 @@ package main
 // afterwards the read-committed outputs still equal one replay exactly.
 
 import (
-	"context"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-const faultRecords = 80_000 // 96 minutes of event time: every rollup closes windows
-
-// startProducing streams the rest of c's records in the background over
-// about span; the returned func waits for the producer and fails on error.
+// startProducing runs `kandle gen` producing span of real-time trades in
+// the background; the returned func waits for it and fails on error.
 func startProducing(t *testing.T, c *cluster, span time.Duration) (wait func()) {
 	t.Helper()
-	const chunks = 20
-	ctx, cancel := context.WithCancel(context.Background())
-	done := c.produceInBackground(ctx, faultRecords/chunks, span/chunks)
-	waited := false
-	wait = func() {
+	p := c.startGen(genRate, span)
+	return func() {
 		t.Helper()
-		if waited {
-			return
-		}
-		waited = true
-		err := <-done
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.logf("producer: all %d records sent", c.sent)
+		c.waitGen(p, span+time.Minute)
 	}
-	t.Cleanup(func() {
-		if !waited {
-			cancel()
-			<-done
-		}
-	})
-	return wait
 }
 
 // A zombie: an instance frozen (SIGSTOP) with an open transaction until the
@@ -50,7 +28,7 @@ func startProducing(t *testing.T, c *cluster, span time.Duration) (wait func()) 
 // transaction must never become visible, it must stop writing and rejoin,
 // and the final outputs equal the replay.
 func TestZombieInstanceIsFenced(t *testing.T) {
-	c := newCluster(t, faultRecords, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
+	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	for _, n := range []string{"i1", "i2", "i3"} {
 		c.startInstance(n, true)
 	}
@@ -85,11 +63,11 @@ func TestZombieInstanceIsFenced(t *testing.T) {
 // transaction timeout aborts it; then the survivor owns every partition,
 // makes progress, and the outputs are exact.
 func TestDeadInstanceTransactionTimesOut(t *testing.T) {
-	c := newCluster(t, faultRecords, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
+	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	c.startInstance("i1", true)
 	c.startInstance("i2", true)
 	c.waitMembers(2, 30*time.Second)
-	wait := startProducing(t, c, 10*time.Second)
+	wait := startProducing(t, c, 20*time.Second)
 	time.Sleep(2 * time.Second)
 	c.insts["i1"].p.kill()
 	killed := time.Now()
@@ -106,11 +84,11 @@ func TestDeadInstanceTransactionTimesOut(t *testing.T) {
 // and started again mid-stream. Instances reconnect and resume; nothing is
 // lost or doubled.
 func TestBrokerRestart(t *testing.T) {
-	c := newCluster(t, faultRecords, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, persistBroker: true})
+	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, persistBroker: true})
 	c.startInstance("i1", true)
 	c.startInstance("i2", true)
 	c.waitMembers(2, 30*time.Second)
-	wait := startProducing(t, c, 10*time.Second)
+	wait := startProducing(t, c, 20*time.Second)
 	time.Sleep(3 * time.Second) // mid-stream: transactions are open
 	c.restartBroker(time.Second)
 	wait()
@@ -128,11 +106,11 @@ func TestBrokerRestart(t *testing.T) {
 // others at once — far sooner than the session timeout, which is set to 45s
 // here so that only a clean LeaveGroup can explain a fast hand-over.
 func TestGracefulStopHandsOver(t *testing.T) {
-	c := newCluster(t, faultRecords, clusterOpts{sessionTimeout: 45 * time.Second, txnTimeout: 5 * time.Second})
+	c := newCluster(t, clusterOpts{sessionTimeout: 45 * time.Second, txnTimeout: 5 * time.Second})
 	c.startInstance("i1", true)
 	c.startInstance("i2", true)
 	c.waitMembers(2, 30*time.Second)
-	wait := startProducing(t, c, 15*time.Second)
+	wait := startProducing(t, c, 20*time.Second)
 	time.Sleep(2 * time.Second)
 	stop := func(name string) {
 		t.Helper()
@@ -167,12 +145,12 @@ func TestGracefulStopHandsOver(t *testing.T) {
 // the in-flight JoinGroup finish. The stop is still bounded: the engine
 // spends at most 5s ending its transaction and 5s leaving, then exits.
 func TestGracefulStopDuringRebalance(t *testing.T) {
-	c := newCluster(t, faultRecords, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
+	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	for _, n := range []string{"i1", "i2", "i3"} {
 		c.startInstance(n, true)
 	}
 	c.waitMembers(3, 30*time.Second)
-	wait := startProducing(t, c, 10*time.Second)
+	wait := startProducing(t, c, 20*time.Second)
 	time.Sleep(2 * time.Second)
 	c.insts["i1"].p.kill()
 	c.logf("i1: SIGKILL")

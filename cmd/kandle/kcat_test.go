@@ -41,17 +41,22 @@ func TestKcatThroughDevBroker(t *testing.T) {
 	}()
 	waitTCP(t, addr)
 
-	// BTC 10:00: q = 100.5×0.1 + 101×0.2 + 99.5×0.7 = 99.9; the 10:05 trades close 10:00–10:03 (lateness 1s).
+	// The trades lie in the last minutes, as a live feed's do. Minute 0 is
+	// ten minutes ago. BTC 0: q = 100.5×0.1 + 101×0.2 + 99.5×0.7 = 99.9; the
+	// minute-5 trades close minutes 0–3 (lateness 2s).
+	base := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	at := func(d time.Duration) string { return base.Add(d).Format("2006-01-02T15:04:05.000Z") }
+	ms := func(d time.Duration) int64 { return base.Add(d).UnixMilli() }
 	lines := []string{
-		`BTC:{"symbol":"BTC","ts":"2026-01-05T10:00:01Z","price":"100.5","qty":"0.1","trade_id":1}`,
-		`BTC:{"symbol":"BTC","ts":"2026-01-05T10:00:30Z","price":"101","qty":"0.2","trade_id":2}`,
-		`BTC:{"symbol":"BTC","ts":"2026-01-05T10:00:59.999Z","price":"99.5","qty":"0.7","trade_id":3}`,
-		`BTC:{"symbol":"BTC","ts":"2026-01-05T10:00:30Z","price":"101","qty":"0.2","trade_id":"2"}`,
-		`ETH:{"symbol":"ETH","ts":1767607210000,"price":2000,"qty":1,"trade_id":10}`,
-		`ETH:{"symbol":"ETH","ts":1767607330000,"price":2010,"qty":2,"trade_id":11}`,
+		fmt.Sprintf(`BTC:{"symbol":"BTC","ts":"%s","price":"100.5","qty":"0.1","trade_id":1}`, at(time.Second)),
+		fmt.Sprintf(`BTC:{"symbol":"BTC","ts":"%s","price":"101","qty":"0.2","trade_id":2}`, at(30*time.Second)),
+		fmt.Sprintf(`BTC:{"symbol":"BTC","ts":"%s","price":"99.5","qty":"0.7","trade_id":3}`, at(time.Minute-time.Millisecond)),
+		fmt.Sprintf(`BTC:{"symbol":"BTC","ts":"%s","price":"101","qty":"0.2","trade_id":"2"}`, at(30*time.Second)),
+		fmt.Sprintf(`ETH:{"symbol":"ETH","ts":%d,"price":2000,"qty":1,"trade_id":10}`, ms(10*time.Second)),
+		fmt.Sprintf(`ETH:{"symbol":"ETH","ts":%d,"price":2010,"qty":2,"trade_id":11}`, ms(2*time.Minute+10*time.Second)),
 		`BTC:not json at all`,
-		`BTC:{"symbol":"BTC","ts":"2026-01-05T10:05:00Z","price":"102","qty":"1","trade_id":4}`,
-		`ETH:{"symbol":"ETH","ts":"2026-01-05T10:05:00Z","price":"2020","qty":"1","trade_id":12}`,
+		fmt.Sprintf(`BTC:{"symbol":"BTC","ts":"%s","price":"102","qty":"1","trade_id":4}`, at(5*time.Minute)),
+		fmt.Sprintf(`ETH:{"symbol":"ETH","ts":"%s","price":"2020","qty":"1","trade_id":12}`, at(5*time.Minute)),
 	}
 	in := filepath.Join(t.TempDir(), "trades.txt")
 	if err := os.WriteFile(in, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
@@ -71,7 +76,7 @@ commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 2}
 processors:
-  1m: {kind: candles, from: trades, timeframe: 1m, lateness: 1s, idle_timeout: 0s, max_future: 0s, output: {topic: candles.1m, partitions: 1}}
+  1m: {kind: candles, from: trades, timeframe: 1m, output: {topic: candles.1m, partitions: 1}}
   5m: {kind: rollup, from: 1m, timeframe: 5m, output: {topic: candles.5m, partitions: 1}}
 dead_letter: {topic: kcat.dlq}
 `, addr, metricsAddr)), 0o644); err != nil {
@@ -85,14 +90,14 @@ dead_letter: {topic: kcat.dlq}
 	}()
 
 	want := []string{
-		"1m BTC 10:00 o=100.5 h=101 l=99.5 c=99.5 v=1 q=99.9 n=3 gap=false",
-		"1m BTC 10:01 o=99.5 h=99.5 l=99.5 c=99.5 v=0 q=0 n=0 gap=true",
-		"1m BTC 10:02 o=99.5 h=99.5 l=99.5 c=99.5 v=0 q=0 n=0 gap=true",
-		"1m BTC 10:03 o=99.5 h=99.5 l=99.5 c=99.5 v=0 q=0 n=0 gap=true",
-		"1m ETH 10:00 o=2000 h=2000 l=2000 c=2000 v=1 q=2000 n=1 gap=false",
-		"1m ETH 10:01 o=2000 h=2000 l=2000 c=2000 v=0 q=0 n=0 gap=true",
-		"1m ETH 10:02 o=2010 h=2010 l=2010 c=2010 v=2 q=4020 n=1 gap=false",
-		"1m ETH 10:03 o=2010 h=2010 l=2010 c=2010 v=0 q=0 n=0 gap=true",
+		"1m BTC +0 o=100.5 h=101 l=99.5 c=99.5 v=1 q=99.9 n=3 gap=false",
+		"1m BTC +1 o=99.5 h=99.5 l=99.5 c=99.5 v=0 q=0 n=0 gap=true",
+		"1m BTC +2 o=99.5 h=99.5 l=99.5 c=99.5 v=0 q=0 n=0 gap=true",
+		"1m BTC +3 o=99.5 h=99.5 l=99.5 c=99.5 v=0 q=0 n=0 gap=true",
+		"1m ETH +0 o=2000 h=2000 l=2000 c=2000 v=1 q=2000 n=1 gap=false",
+		"1m ETH +1 o=2000 h=2000 l=2000 c=2000 v=0 q=0 n=0 gap=true",
+		"1m ETH +2 o=2010 h=2010 l=2010 c=2010 v=2 q=4020 n=1 gap=false",
+		"1m ETH +3 o=2010 h=2010 l=2010 c=2010 v=0 q=0 n=0 gap=true",
 	}
 	var got []string
 	deadline := time.Now().Add(60 * time.Second)
@@ -101,9 +106,12 @@ dead_letter: {topic: kcat.dlq}
 			"-X", "isolation.level=read_committed", "-f", "%s\n").CombinedOutput()
 		got = got[:0]
 		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			if c, err := candle.ParseJSON([]byte(l)); err == nil {
-				got = append(got, fmt.Sprintf("%s %s %s o=%s h=%s l=%s c=%s v=%s q=%s n=%d gap=%v", c.Timeframe, c.Symbol,
-					time.UnixMilli(c.OpenTime).UTC().Format("15:04"), c.Open, c.High, c.Low, c.Close, c.Volume, c.QuoteVolume, c.Trades, c.Gap))
+			// Minutes 0–3 are what the trades close; once the partitions are
+			// caught up and quiet for idle_timeout, the wall clock closes the
+			// later minutes too, up to now.
+			if c, err := candle.ParseJSON([]byte(l)); err == nil && c.OpenTime <= ms(3*time.Minute) {
+				got = append(got, fmt.Sprintf("%s %s +%d o=%s h=%s l=%s c=%s v=%s q=%s n=%d gap=%v", c.Timeframe, c.Symbol,
+					(c.OpenTime-ms(0))/time.Minute.Milliseconds(), c.Open, c.High, c.Low, c.Close, c.Volume, c.QuoteVolume, c.Trades, c.Gap))
 			}
 		}
 		sortStrings(got)

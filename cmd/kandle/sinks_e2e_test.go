@@ -64,9 +64,14 @@ commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 3}
 processors:
-  1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: sx.1m, partitions: 2}}
-  5m: {kind: rollup, from: 1m, timeframe: 5m, idle_timeout: 0s, output: {topic: sx.5m, partitions: 2}}
-  1h: {kind: rollup, from: 5m, timeframe: 1h, idle_timeout: 0s, output: {topic: sx.1h, partitions: 1}}
+  # The input is 200 minutes of January 2026 compressed into seconds, ended
+  # by closer trades on a whole hour, and the checks expect the newest final
+  # candle of each key to stay the newest; so idle advance stays off (a
+  # caught-up live partition would move its watermark to the wall clock and
+  # keep closing gap windows). max_future and lateness are the defaults.
+  1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, idle_timeout: 0s, output: {topic: sx.1m, partitions: 2}}
+  5m: {kind: rollup, from: 1m, timeframe: 5m, output: {topic: sx.5m, partitions: 2}}
+  1h: {kind: rollup, from: 5m, timeframe: 1h, output: {topic: sx.1h, partitions: 1}}
 dead_letter: {topic: sx.dlq}
 sinks:
   history:
