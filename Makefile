@@ -7,7 +7,7 @@ PKGS     := ./...
 # for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
-.PHONY: build demo test deps bench soak lint docs chart-lib clean fuzz
+.PHONY: build demo test deps bench bench-peers bench-replay soak lint docs chart-lib clean fuzz
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kandle
@@ -27,10 +27,24 @@ test: deps
 	$(GO) test $(TESTFLAGS) $(PKGS)
 
 ## bench: throughput figures (aggregation core, end to end, sinks, Valkey vs per-trade Lua)
+# BenchmarkFailover's 10 M-trade history needs >10 GiB of RAM with the in-process
+# broker (it keeps every record in memory); make bench stops at 1 M.
+KANDLE_FAILOVER_HISTORY ?= 1000000
+export KANDLE_FAILOVER_HISTORY
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./processors ./decimal ./engine ./connectors/...
 	$(GO) test -run '^$$' -bench 'BenchmarkAPI' -benchtime 2s ./serve
 	$(GO) test -run '^$$' -bench 'BenchmarkStreamFanout' -benchtime 20x -timeout 10m ./serve
+
+## bench-peers: kandle vs a naive franz-go consumer, same broker, same trades (PEERS_N trades, default 10 M)
+PEERS_N    ?= 10000000
+PEERS_RUNS ?= 1
+bench-peers:
+	cd bench/peers && $(GO) run . -n $(PEERS_N) -runs $(PEERS_RUNS)
+
+## bench-replay: `kandle replay` of REPLAY_N trades (default 10 M) through 1m + 7 rollups: trades/s and peak RSS
+bench-replay:
+	bash scripts/bench-replay.sh
 
 ## fuzz: run every fuzz target for FUZZTIME each (seed corpora in each package's
 ## testdata/fuzz/<Target>/; `make test` runs those seeds as ordinary tests)

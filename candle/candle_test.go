@@ -155,3 +155,25 @@ func BenchmarkParseJSON(b *testing.B) {
 		}
 	}
 }
+
+// A candle's JSON is one allocation (output topics carry one per closed
+// candle; a second one per candle showed in the sparse end-to-end profile).
+func TestAppendJSONOneAllocation(t *testing.T) {
+	c := Candle{Symbol: "SYM0042USDT", Timeframe: "15m", OpenTime: 1767225600000, CloseTime: 1767226500000,
+		Open: decimal.MustParse("65000.12345678"), High: decimal.MustParse("65010.5"), Low: decimal.MustParse("64990.00000001"),
+		Close: decimal.MustParse("65001.25"), Volume: decimal.MustParseSum("1234.56789012"), QuoteVolume: decimal.MustParseSum("80246812.12345678"),
+		Trades: 1234567, Gap: false}
+	if n := testing.AllocsPerRun(100, func() { _ = c.AppendJSON(nil) }); n != 1 {
+		t.Errorf("AppendJSON made %.0f allocations, want 1 (%d bytes)", n, len(c.AppendJSON(nil)))
+	}
+}
+
+func BenchmarkAppendJSON(b *testing.B) {
+	c := Candle{Symbol: "BTC-USD", Timeframe: "1m", OpenTime: 1767225600000, CloseTime: 1767225660000,
+		Open: decimal.MustParse("65000.1"), High: decimal.MustParse("65010"), Low: decimal.MustParse("64990.5"),
+		Close: decimal.MustParse("65001"), Volume: decimal.MustParseSum("12.3456"), QuoteVolume: decimal.MustParseSum("802468.123456"), Trades: 321}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = c.AppendJSON(nil)
+	}
+}

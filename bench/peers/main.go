@@ -1,0 +1,181 @@
+// Command peers compares kandle's end-to-end throughput with a peer on the
+// same broker and the same trades: a naive single-goroutine franz-go +
+// encoding/json aggregator. (Goka, the other peer the comparison asks for,
+// cannot be built here: the Go module proxy refuses github.com/lovoo/goka,
+// and its source may not be copied into this repository.) It
+// produces the trades once, runs each contestant from the start of the topic
+// in its own consumer group, and prints one table of trades/s and ratios.
+//
+//	go run . -n 10000000             # the recorded comparison
+//	go run . -n 1000000 -runs 3      # a quicker one, three rounds
+//
+// Each contestant's clock starts when it is started and stops when it has
+// processed (kandle: committed exactly once) every trade, so start-up is part
+// of the figure; choose -n so that it is small against the run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/internal/gen"
+)
+
+type config struct {
+	n          int
+	symbols    int
+	span       time.Duration
+	partitions int
+	runs       int
+	only       string
+	broker     string
+	timeout    time.Duration
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.n, "n", 10_000_000, "trades in the stream")
+	flag.IntVar(&c.symbols, "symbols", 1000, "symbols the trades are spread over")
+	flag.DurationVar(&c.span, "span", 0, "event-time span of the stream (0: 7.2 ms of event time per trade, like BenchmarkEndToEnd's dense stream)")
+	flag.IntVar(&c.partitions, "partitions", 2, "partitions of the trades topic")
+	flag.IntVar(&c.runs, "runs", 1, "rounds; each round runs every contestant once, in turn")
+	flag.StringVar(&c.only, "only", "kandle,naive", "contestants, comma separated")
+	flag.StringVar(&c.broker, "broker", "", "an external broker (e.g. `kandle dev-broker`) instead of the in-process one")
+	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a contestant's run after this long")
+	flag.Parse()
+	if err := run(context.Background(), c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		os.Exit(1)
+	}
+}
+
+// contestant runs one pass over the trades topic, with a consumer group of
+// its own, and returns when every trade has been processed.
+type contestant struct {
+	name string
+	run  func(ctx context.Context, seeds []string, group string, n int) error
+}
+
+func run(ctx context.Context, c config, out io.Writer) error {
+	if c.n <= 0 || c.symbols <= 0 || c.partitions <= 0 || c.runs <= 0 {
+		return errors.New("-n, -symbols, -partitions and -runs must be positive")
+	}
+	if c.span == 0 {
+		c.span = time.Duration(c.n) * 7200 * time.Microsecond
+	}
+	seeds := strings.Split(c.broker, ",")
+	if c.broker == "" {
+		b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+		if err != nil {
+			return fmt.Errorf("start the in-process broker: %w", err)
+		}
+		defer b.Close()
+		seeds = b.Addrs()
+	}
+	if err := produce(ctx, seeds, c); err != nil {
+		return err
+	}
+	all := map[string]contestant{
+		"kandle": {"kandle", runKandle(c.partitions)},
+		"naive":  {"naive", runNaive},
+	}
+	var cs []contestant
+	for _, name := range strings.Split(c.only, ",") {
+		ct, ok := all[strings.TrimSpace(name)]
+		if !ok {
+			return fmt.Errorf("unknown contestant %q (choose from kandle, naive)", name)
+		}
+		cs = append(cs, ct)
+	}
+	rates := map[string][]float64{}
+	for r := range c.runs {
+		for _, ct := range cs {
+			rctx, cancel := context.WithTimeout(ctx, c.timeout)
+			start := time.Now()
+			err := ct.run(rctx, seeds, fmt.Sprintf("%s-%d", ct.name, r), c.n)
+			el := time.Since(start)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s, round %d: %w", ct.name, r+1, err)
+			}
+			rate := float64(c.n) / el.Seconds()
+			rates[ct.name] = append(rates[ct.name], rate)
+			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s\n", r+1, ct.name, el.Seconds(), rate)
+		}
+	}
+	return table(out, c, cs, rates)
+}
+
+func produce(ctx context.Context, seeds []string, c config) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(1<<20))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: int32(c.partitions)}}); err != nil {
+		return fmt.Errorf("create the trades topic: %w", err)
+	}
+	cfg := gen.DefaultConfig()
+	cfg.Symbols = make([]string, c.symbols)
+	for i := range cfg.Symbols {
+		cfg.Symbols[i] = fmt.Sprintf("SYM%04d", i)
+	}
+	cfg.Count, cfg.Span, cfg.Start = c.n, c.span, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g, err := gen.New(cfg)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	n, err := gen.Produce(ctx, cl, "trades", g, 0)
+	if err != nil {
+		return fmt.Errorf("produce the trades: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "produced %d trades over %d symbols in %s\n", n, c.symbols, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// table prints the median rate of each contestant and its ratio to the others.
+func table(out io.Writer, c config, cs []contestant, rates map[string][]float64) error {
+	med := map[string]float64{}
+	for name, rs := range rates {
+		s := append([]float64(nil), rs...)
+		sort.Float64s(s)
+		med[name] = s[len(s)/2]
+	}
+	fmt.Fprintf(out, "%d trades, %d symbols, %d partitions, %d round(s); median trades/s\n", c.n, c.symbols, c.partitions, c.runs)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(w, "contestant\ttrades/s\t")
+	for _, ct := range cs {
+		fmt.Fprintf(w, "÷ %s\t", ct.name)
+	}
+	fmt.Fprintln(w, "runs\t")
+	for _, a := range cs {
+		fmt.Fprintf(w, "%s\t%.0f\t", a.name, med[a.name])
+		for _, b := range cs {
+			fmt.Fprintf(w, "%.2f×\t", med[a.name]/med[b.name])
+		}
+		var rs []string
+		for _, r := range rates[a.name] {
+			rs = append(rs, fmt.Sprintf("%.0f", r))
+		}
+		fmt.Fprintf(w, "%s\t\n", strings.Join(rs, " "))
+	}
+	return w.Flush()
+}
+
+// quiet is the logger for the contestants: errors only.
+func quiet() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}

@@ -1,0 +1,275 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/gen"
+	"github.com/kandle/kandle/topology"
+)
+
+// failoverTopology is one stage with the shipped defaults (lateness,
+// idle_timeout, max_future, commit_interval): the takeover is per stage
+// partition, so one partition of one stage shows it.
+const failoverTopology = `
+name: fo
+brokers: [%s]
+metrics: ""
+sources:
+  trades: {topic: trades, partitions: 1}
+processors:
+  1m: {kind: candles, from: trades, timeframe: 1m, output: {topic: fo.1m, partitions: 1}}
+dead_letter: {topic: fo.dlq}
+`
+
+// BenchmarkFailover measures what it costs a new owner to take over a
+// partition: from the assignment to the first candle it outputs, with the
+// state of 100k keys (KANDLE_FAILOVER_KEYS) built from a history of 1 M and
+// 10 M trades (KANDLE_FAILOVER_HISTORY, comma separated). A first owner
+// consumes the whole history and stops; then a second instance takes the
+// partition over, either with an empty disk (a new machine: the state comes
+// from the changelog) or with the first owner's Pebble directory (a restart
+// on the same machine: only the changelog tail is read). A trade produced
+// before the takeover closes a window, so the first output follows the
+// restore.
+//
+// Reported: takeover-ms (assignment → first output visible to a
+// read-committed consumer), restore-ms and the changelog records the restore
+// read. A takeover that grows with the history means the restore reads it.
+func BenchmarkFailover(b *testing.B) {
+	keys := envInt(b, "KANDLE_FAILOVER_KEYS", 100_000)
+	hist := "1000000,10000000"
+	if v := os.Getenv("KANDLE_FAILOVER_HISTORY"); v != "" {
+		hist = v
+	}
+	for _, hs := range strings.Split(hist, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(hs))
+		if err != nil || n <= 0 {
+			b.Fatalf("KANDLE_FAILOVER_HISTORY: %q is not a positive count of trades", hs)
+		}
+		for _, disk := range []string{"empty", "kept"} {
+			b.Run(fmt.Sprintf("history=%s/disk=%s", short(n), disk), func(b *testing.B) {
+				var r takeover
+				for range b.N {
+					r = runFailover(b, keys, n, disk == "kept")
+				}
+				b.ReportMetric(float64(r.total.Microseconds())/1000, "takeover-ms")
+				b.ReportMetric(float64(r.restore.Microseconds())/1000, "restore-ms")
+				b.ReportMetric(float64(r.records), "changelog-records")
+				b.ReportMetric(0, "ns/op")
+			})
+		}
+	}
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s: %q is not a positive integer", name, v)
+	}
+	return n
+}
+
+func short(n int) string {
+	switch {
+	case n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	}
+	return strconv.Itoa(n)
+}
+
+type takeover struct {
+	total, restore time.Duration
+	records        int64
+}
+
+// restoreLog catches the stage's "partition restored" line: when it was
+// written, how long the restore took and how many changelog records it read.
+type restoreLog struct {
+	mu      sync.Mutex
+	at      time.Time
+	took    time.Duration
+	records int64
+	seen    chan struct{}
+	once    sync.Once
+}
+
+func (h *restoreLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *restoreLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *restoreLog) WithGroup(string) slog.Handler            { return h }
+func (h *restoreLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "partition restored" {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.at = r.Time
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "took":
+			h.took = a.Value.Duration()
+		case "changelog_records":
+			h.records = a.Value.Int64()
+		}
+		return true
+	})
+	h.once.Do(func() { close(h.seen) })
+	return nil
+}
+
+func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
+	b.StopTimer()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	broker, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer broker.Close()
+	seeds := broker.Addrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(1<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: 1}}); err != nil {
+		b.Fatal(err)
+	}
+	cfg := gen.DefaultConfig()
+	cfg.Symbols = make([]string, keys)
+	for i := range cfg.Symbols {
+		cfg.Symbols[i] = fmt.Sprintf("K%06d", i)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg.Count, cfg.Span, cfg.Start = n, 2*time.Minute, start
+	g, err := gen.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := gen.Produce(ctx, cl, "trades", g, 0); err != nil {
+		b.Fatal(err)
+	}
+	top, err := topology.Parse("fo.yaml", fmt.Appendf(nil, failoverTopology, seeds[0]), topology.Registry{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+
+	// The first owner consumes the whole history, then stops.
+	dirA := b.TempDir()
+	a, err := engine.New(top, engine.WithLogger(quiet), engine.WithInstanceID("a"), engine.WithStateDir(dirA))
+	if err != nil {
+		b.Fatal(err)
+	}
+	actx, acancel := context.WithCancel(ctx)
+	adone := make(chan error, 1)
+	go func() { adone <- a.Run(actx) }()
+	adm := kadm.NewClient(cl)
+	waitLag(ctx, b, adm, top.Group+".1m", adone)
+	acancel()
+	if err := <-adone; err != nil {
+		b.Fatal(err)
+	}
+
+	// A read-committed consumer from the output's current end, and one trade
+	// two minutes past the history, which closes its key's open window. (The
+	// history spans two minutes, so that the state is the keys' open windows
+	// and nothing else, whatever its length; gap fill, on by default, adds a
+	// candle or two per key, not one per minute of a long span.)
+	ends, err := adm.ListEndOffsets(ctx, "fo.1m")
+	if err != nil {
+		b.Fatal(err)
+	}
+	end, _ := ends.Lookup("fo.1m", 0)
+	out, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(10*time.Millisecond),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"fo.1m": {0: kgo.NewOffset().At(end.Offset)}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Close()
+	ts := start.Add(4 * time.Minute).UnixMilli()
+	v := fmt.Appendf(nil, `{"symbol":"K000000","ts":%d,"price":"100","qty":"1","trade_id":%d}`, ts, 1<<40)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "trades", Key: []byte("K000000"), Value: v}).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+
+	// The new owner.
+	dirB := b.TempDir()
+	if keepDisk {
+		dirB = dirA
+	}
+	rl := &restoreLog{seen: make(chan struct{})}
+	bEng, err := engine.New(top, engine.WithLogger(slog.New(rl)), engine.WithInstanceID("b"), engine.WithStateDir(dirB))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bctx, bcancel := context.WithCancel(ctx)
+	bdone := make(chan error, 1)
+	b.StartTimer()
+	go func() { bdone <- bEng.Run(bctx) }()
+	var first time.Time
+	for first.IsZero() {
+		fs := out.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			b.Fatalf("no output from the new owner: %v", err)
+		}
+		if fs.NumRecords() > 0 {
+			first = time.Now()
+		}
+	}
+	b.StopTimer()
+	bcancel()
+	if err := <-bdone; err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-rl.seen:
+	default:
+		b.Fatal("the new owner wrote no \"partition restored\" line")
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	assigned := rl.at.Add(-rl.took)
+	return takeover{total: first.Sub(assigned), restore: rl.took, records: rl.records}
+}
+
+// waitLag polls until group has committed every input offset.
+func waitLag(ctx context.Context, b *testing.B, adm *kadm.Client, group string, done <-chan error) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			b.Fatalf("the engine stopped before the end of the history: %v", err)
+		case <-ctx.Done():
+			b.Fatal(ctx.Err())
+		case <-tick.C:
+		}
+		lag, err := adm.Lag(ctx, group)
+		if err != nil {
+			continue
+		}
+		if l, ok := lag[group]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
+			return
+		}
+	}
+}
