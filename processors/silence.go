@@ -87,8 +87,6 @@ type Silence struct {
 	mem       *memStore          // non-nil: no engine store, Changes applies here
 	devs      map[string]*device // devices changed since the last Changes
 	dirty     []*device
-	timerW    map[string][]byte // timer keys written since the last Changes (nil = deleted)
-	timerKeys []string          // their order
 	nextDue   int64             // no timer is due before it (when nextOK)
 	nextOK    bool
 	err       error
@@ -107,6 +105,8 @@ type device struct {
 	carry      []byte
 	due        int64 // due time of its pending timer (armed)
 	armed      bool
+	cpDue      int64 // its timer in the store (cpArmed), as of the last Changes
+	cpArmed    bool
 	dirty      bool
 	deleted    bool
 }
@@ -138,7 +138,7 @@ func NewSilence(cfg SilenceConfig, clock Clock) (*Silence, error) {
 	slices.SortStableFunc(levels, func(a, b SilenceLevel) int { return int(a.After - b.After) })
 	s := &Silence{levels: levels, key: strings.Split(cfg.Key, "."), ts: strings.Split(cfg.Time, "."),
 		maxSize: cfg.MaxRecordBytes, keyCheck: cfg.KeyCheck, idle: cfg.IdleTimeout.Milliseconds(), live: cfg.Live, clock: clock,
-		devs: map[string]*device{}, timerW: map[string][]byte{}}
+		devs: map[string]*device{}}
 	s.mem = newMemStore()
 	s.store = s.mem
 	for _, c := range cfg.Carry {
@@ -360,22 +360,21 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 	// next level, due by t too after a downtime.
 	var due dueHeap
 	s.scan([]byte{'t'}, timerKey(t+1, ""), func(k, _ []byte) bool {
-		if _, ok := s.timerW[string(k)]; !ok {
-			heap.Push(&due, parseTimerKey(k))
+		if tm := parseTimerKey(k); !s.changed(tm.id) {
+			heap.Push(&due, tm)
 		}
 		return true
 	})
-	for k, v := range s.timerW {
-		if tm := parseTimerKey([]byte(k)); v != nil && tm.due <= t {
+	s.eachChangedTimer(func(tm timer) {
+		if tm.due <= t {
 			heap.Push(&due, tm)
 		}
-	}
+	})
 	for due.Len() > 0 {
 		tm := heap.Pop(&due).(timer)
 		d := s.load(tm.id)
 		if d == nil || !d.armed || d.due != tm.due {
-			s.setTimer(timerKey(tm.due, tm.id), nil) // stale: nothing to fire
-			continue
+			continue // stale: replaced since (its key goes with the next Changes)
 		}
 		if d.fired < len(s.levels) && d.lastIngest+s.levels[d.fired].After.Milliseconds() > t {
 			s.schedule(d) // its level's delay was lengthened since it was armed
@@ -395,30 +394,54 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 	// The next due time: the first stored timer after t, or a newer one.
 	s.nextDue, s.nextOK = 1<<63-1, true
 	s.scan(timerKey(t+1, ""), []byte{'t' + 1}, func(k, _ []byte) bool {
-		if _, ok := s.timerW[string(k)]; ok {
+		tm := parseTimerKey(k)
+		if s.changed(tm.id) {
 			return true
 		}
-		s.nextDue = parseTimerKey(k).due
+		s.nextDue = tm.due
 		return false
 	})
-	for k, v := range s.timerW {
-		if tm := parseTimerKey([]byte(k)); v != nil && tm.due > t {
+	s.eachChangedTimer(func(tm timer) {
+		if tm.due > t {
 			s.nextDue = min(s.nextDue, tm.due)
+		}
+	})
+}
+
+// changed says whether device id's stored timer may be out of date: with an
+// engine store, the timers of devices changed since the last Changes are
+// the ones in s.devs (the in-memory store is always current).
+func (s *Silence) changed(id string) bool {
+	if s.mem != nil {
+		return false
+	}
+	_, ok := s.devs[id]
+	return ok
+}
+
+// eachChangedTimer calls fn with the pending timers of the changed devices
+// (with an engine store; they are not in it yet).
+func (s *Silence) eachChangedTimer(fn func(timer)) {
+	if s.mem != nil {
+		return
+	}
+	for _, d := range s.devs {
+		if d.armed && !d.deleted {
+			fn(timer{d.due, d.id})
 		}
 	}
 }
 
 // schedule arms d's next level (replacing its pending timer), if any.
 func (s *Silence) schedule(d *device) {
-	if d.armed {
-		s.setTimer(timerKey(d.due, d.id), nil)
-		d.armed = false
-	}
+	s.disarm(d)
 	if d.fired >= len(s.levels) {
 		return
 	}
 	d.due, d.armed = d.lastIngest+s.levels[d.fired].After.Milliseconds(), true
-	s.setTimer(timerKey(d.due, d.id), timerVal)
+	if s.mem != nil {
+		s.mem.set(string(timerKey(d.due, d.id)), timerVal)
+	}
 	if s.nextOK {
 		s.nextDue = min(s.nextDue, d.due)
 	}
@@ -426,19 +449,16 @@ func (s *Silence) schedule(d *device) {
 
 var timerVal = []byte{1}
 
-func (s *Silence) setTimer(k []byte, v []byte) {
-	ks := string(k)
-	if _, ok := s.timerW[ks]; !ok {
-		s.timerKeys = append(s.timerKeys, ks)
+// disarm cancels d's pending timer.
+func (s *Silence) disarm(d *device) {
+	if d.armed && s.mem != nil {
+		s.mem.set(string(timerKey(d.due, d.id)), nil)
 	}
-	s.timerW[ks] = v
+	d.armed = false
 }
 
 func (s *Silence) drop(d *device) {
-	if d.armed {
-		s.setTimer(timerKey(d.due, d.id), nil)
-		d.armed = false
-	}
+	s.disarm(d)
 	d.deleted = true
 	s.touch(d)
 }
@@ -544,6 +564,17 @@ func (s *Silence) Changes(fn func(key, val []byte)) {
 	}
 	for i, d := range s.dirty {
 		s.dirty[i] = nil
+		d.dirty = false
+		// Its timer: only the change since the last Changes is written
+		// (timers armed and replaced in between never reach the store).
+		moved := d.deleted || d.armed != d.cpArmed || d.due != d.cpDue
+		if d.cpArmed && moved {
+			fn(timerKey(d.cpDue, d.id), nil)
+		}
+		if !d.deleted && d.armed && moved {
+			fn(timerKey(d.due, d.id), timerVal)
+		}
+		d.cpArmed, d.cpDue = d.armed && !d.deleted, d.due
 		k := "d" + d.id
 		if d.deleted {
 			emit(k, nil)
@@ -563,12 +594,6 @@ func (s *Silence) Changes(fn func(key, val []byte)) {
 	}
 	s.dirty = s.dirty[:0]
 	clear(s.devs)
-	for i, k := range s.timerKeys {
-		emit(k, s.timerW[k])
-		s.timerKeys[i] = ""
-	}
-	s.timerKeys = s.timerKeys[:0]
-	clear(s.timerW)
 	if s.iDirty {
 		s.iDirty = false
 		fn(silenceClockKey, binary.AppendVarint(nil, s.clockI))
@@ -589,6 +614,7 @@ func decodeDevice(id string, val []byte) (*device, error) {
 			d.due = r.varint()
 		}
 	}
+	d.cpArmed, d.cpDue = d.armed, d.due
 	if r.err != nil {
 		return nil, fmt.Errorf("silence: device %q: %w", id, r.err)
 	}

@@ -366,16 +366,12 @@ func TestSilenceKeyCheck(t *testing.T) {
 // pendingTimers counts the timers in s's state (store and changes).
 func pendingTimers(s *Silence) int {
 	n := 0
-	for _, v := range s.timerW {
-		if v != nil {
-			n++
-		}
-	}
 	s.scan([]byte{'t'}, []byte{'t' + 1}, func(k, _ []byte) bool {
-		if _, ok := s.timerW[string(k)]; !ok {
+		if !s.changed(parseTimerKey(k).id) {
 			n++
 		}
 		return true
 	})
+	s.eachChangedTimer(func(timer) { n++ })
 	return n
 }
