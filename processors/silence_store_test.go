@@ -1,0 +1,204 @@
+package processors
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// engineStore plays the engine's Pebble partition: it holds what commit
+// wrote from Changes, and counts the entries Scan visited.
+type engineStore struct {
+	m       *memStore
+	visited int
+}
+
+func newEngineStore() *engineStore { return &engineStore{m: newMemStore()} }
+
+func (e *engineStore) Get(k []byte) ([]byte, bool, error) {
+	v, ok, err := e.m.Get(k)
+	return bytes.Clone(v), ok, err
+}
+
+func (e *engineStore) Scan(from, to []byte, fn func(k, v []byte) bool) error {
+	return e.m.Scan(from, to, func(k, v []byte) bool { e.visited++; return fn(k, v) })
+}
+
+// commit writes s's changes into the store, as the engine does after a
+// committed transaction.
+func (e *engineStore) commit(s *Silence) {
+	s.Changes(func(k, v []byte) { e.m.set(string(k), bytes.Clone(v)) })
+}
+
+func (e *engineStore) count(prefix byte) int {
+	n := 0
+	_ = e.m.Scan([]byte{prefix}, []byte{prefix + 1}, func(_, _ []byte) bool { n++; return true })
+	return n
+}
+
+func storeSilence(t *testing.T, clock Clock, levels []SilenceLevel, st StateStore) *Silence {
+	t.Helper()
+	s, err := NewSilence(SilenceConfig{Levels: levels, Key: "device", Time: "ts", Carry: []string{"owner"},
+		Retire: "retired", IdleTimeout: shippedIdle, Live: true}, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UseStore(st); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSilenceStateInStore: with an engine store, a silence processor keeps
+// in memory only the devices changed since the last commit; every device
+// and its one pending timer are entries in the store; firing visits only
+// the timers that are due (not every device); and a processor restarted on
+// the store fires exactly what an uninterrupted in-memory one fires.
+func TestSilenceStateInStore(t *testing.T) {
+	const devices, commitEvery = 10_000, 500
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &testClock{t: t0}
+	st := newEngineStore()
+	s := storeSilence(t, clock, shippedLevels, st)
+	ref := newTestSilence(t, clock) // no engine store: state in memory
+	var out, refOut Output
+	for d := range devices {
+		clock.t = t0.Add(time.Duration(d) * time.Second)
+		rec := reading(fmt.Sprintf("dev-%05d", d), clock.t, "")
+		s.Process(rec, &out)
+		ref.Process(rec, &refOut)
+		if (d+1)%commitEvery == 0 {
+			st.commit(s)
+			if len(s.devs) != 0 || len(s.dirty) != 0 {
+				t.Fatalf("after a commit %d devices are still in memory, want 0", len(s.devs))
+			}
+		}
+	}
+	st.commit(s)
+	if n, m := st.count('d'), st.count('t'); n != devices || m != devices {
+		t.Fatalf("store holds %d devices and %d timers, want %d each (one pending timer per device)", n, m, devices)
+	}
+
+	// 10 unreachable timers come due (devices 0..9, one second apart).
+	clock.t = t0.Add(3*day + 9*time.Second + shippedIdle)
+	s.lastWall = clock.t.Add(-shippedIdle).UnixMilli()
+	ref.lastWall = s.lastWall
+	st.visited = 0
+	s.AdvanceTo(t0.Add(3*day+9*time.Second).UnixMilli(), &out)
+	ref.AdvanceTo(t0.Add(3*day+9*time.Second).UnixMilli(), &refOut)
+	if len(out.Events) != 10 {
+		t.Fatalf("%d events fired, want 10", len(out.Events))
+	}
+	if st.visited > 10+1 {
+		t.Fatalf("firing 10 timers among %d devices visited %d store entries, want at most 11 (the due ones and the next)", devices, st.visited)
+	}
+	st.commit(s)
+
+	// Restart on the store; fire everything that is left, all levels.
+	s2 := storeSilence(t, clock, shippedLevels, st)
+	end := t0.Add(11 * day).UnixMilli()
+	s2.AdvanceTo(end, &out)
+	ref.AdvanceTo(end, &refOut)
+	st.commit(s2)
+	if len(out.Events) != 3*devices {
+		t.Fatalf("%d events in all, want %d (three levels per device, each once)", len(out.Events), 3*devices)
+	}
+	if !slices.EqualFunc(out.Events, refOut.Events, func(a, b Event) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
+		t.Fatal("the store-backed processor, restarted, fired other events than the in-memory one")
+	}
+	if n := st.count('t'); n != 0 {
+		t.Fatalf("%d timers left after every level fired, want 0", n)
+	}
+}
+
+// TestSilenceTombstone: a record with a nil value keyed by a device
+// retires it: its timer and state are deleted, no event is emitted.
+func TestSilenceTombstone(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &testClock{t: t0}
+	st := newEngineStore()
+	s := storeSilence(t, clock, shippedLevels, st)
+	var out Output
+	s.Process(reading("d1", t0, ""), &out)
+	s.Process(reading("d2", t0, ""), &out)
+	st.commit(s)
+	s.Process(Record{Key: []byte("d1"), Value: nil, Timestamp: t0.Add(time.Minute).UnixMilli()}, &out)
+	st.commit(s)
+	if len(out.Events) != 0 || len(out.Rejected) != 0 {
+		t.Fatalf("a tombstone produced %d events, %d rejections; want none", len(out.Events), len(out.Rejected))
+	}
+	if _, ok, _ := st.Get([]byte("dd1")); ok {
+		t.Fatal("the retired device's state is still in the store")
+	}
+	if n := st.count('t'); n != 1 {
+		t.Fatalf("%d timers in the store, want 1 (d2's)", n)
+	}
+	s.AdvanceTo(t0.Add(11*day).UnixMilli(), &out)
+	for _, e := range out.Events {
+		if e.Key == "d1" {
+			t.Fatalf("a retired device fired %s", e.Value)
+		}
+	}
+	if len(out.Events) != 3 {
+		t.Fatalf("d2 fired %d events, want 3", len(out.Events))
+	}
+	// A tombstone of an unknown device, or one without a key, is harmless.
+	out.Reset()
+	s.Process(Record{Key: []byte("nobody")}, &out)
+	s.Process(Record{}, &out)
+	if len(out.Events) != 0 || len(out.Rejected) != 1 || out.Rejected[0].Reason != ReasonMalformedJSON {
+		t.Fatalf("unknown-device tombstone and keyless empty record: events %d, rejected %+v; want none and one malformed_json", len(out.Events), out.Rejected)
+	}
+}
+
+// TestSilenceLengthenedDelayAfterRestart: a pending timer armed with an
+// older, shorter delay never fires early: it waits for the current delay.
+func TestSilenceLengthenedDelayAfterRestart(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &testClock{t: t0}
+	st := newEngineStore()
+	s := storeSilence(t, clock, shippedLevels, st)
+	var out Output
+	s.Process(reading("d1", t0, ""), &out)
+	st.commit(s)
+	longer := slices.Clone(shippedLevels)
+	longer[0].After = 4 * day
+	s2 := storeSilence(t, clock, longer, st)
+	s2.AdvanceTo(t0.Add(3*day+time.Minute).UnixMilli(), &out)
+	if len(out.Events) != 0 {
+		t.Fatalf("fired %s at 3 days; the delay is now 4 days", out.Events[0].Value)
+	}
+	s2.AdvanceTo(t0.Add(4*day).UnixMilli(), &out)
+	if evs := decodeEvents(t, &out); len(evs) != 1 || evs[0]["event"] != "unreachable" || evs[0]["due_at"] != ms(t0.Add(4*day)) {
+		t.Fatalf("at 4 days got %v, want unreachable due at %s", evs, ms(t0.Add(4*day)))
+	}
+}
+
+type failingStore struct{}
+
+func (failingStore) Get([]byte) ([]byte, bool, error) { return nil, false, errors.New("disk gone") }
+func (failingStore) Scan([]byte, []byte, func(k, v []byte) bool) error {
+	return errors.New("disk gone")
+}
+
+// TestSilenceStoreFailure: a failed store read is reported by Err, so the
+// engine never commits what was computed without it.
+func TestSilenceStoreFailure(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s, err := NewSilence(SilenceConfig{Levels: shippedLevels, Key: "device", Time: "ts"}, FixedClock{T: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UseStore(failingStore{}); err == nil {
+		t.Fatal("UseStore on a failing store returned no error")
+	}
+	s.store, s.mem = failingStore{}, nil
+	var out Output
+	s.Process(reading("d1", t0, ""), &out)
+	if s.Err() == nil {
+		t.Fatal("a failed store read was not reported by Err")
+	}
+}
