@@ -83,18 +83,18 @@ type Silence struct {
 	live     bool
 	clock    Clock
 
-	store     StateStore
-	mem       *memStore          // non-nil: no engine store, Changes applies here
-	devs      map[string]*device // devices changed since the last Changes
-	dirty     []*device
-	nextDue   int64             // no timer is due before it (when nextOK)
-	nextOK    bool
-	err       error
-	clockI    int64 // the ingestion clock I (ms)
-	hasI      bool
-	lastWall  int64 // wall time of the last record (live)
-	iDirty    bool
-	buf       []byte
+	store    StateStore
+	mem      *memStore          // non-nil: no engine store, Changes applies here
+	devs     map[string]*device // devices changed since the last Changes
+	dirty    []*device
+	nextDue  int64 // no timer is due before it (when nextOK)
+	nextOK   bool
+	err      error
+	clockI   int64 // the ingestion clock I (ms)
+	hasI     bool
+	lastWall int64 // wall time of the last record (live)
+	iDirty   bool
+	buf      []byte
 }
 
 type device struct {
