@@ -89,6 +89,8 @@ type Silence struct {
 	dirty    []*device
 	nextDue  int64 // no timer is due before it (when nextOK)
 	nextOK   bool
+	maxFire  int  // timers fired per step at most (engine store), 0 = all
+	backlog  bool // due timers are left over from the last step
 	err      error
 	clockI   int64 // the ingestion clock I (ms)
 	hasI     bool
@@ -179,7 +181,7 @@ func (s *Silence) Devices() int {
 
 // UseStore makes st the committed state (instead of Restore).
 func (s *Silence) UseStore(st StateStore) error {
-	s.store, s.mem, s.nextOK = st, nil, false
+	s.store, s.mem, s.nextOK, s.maxFire = st, nil, false, silenceFireStep
 	v, ok, err := st.Get(silenceClockKey)
 	if err != nil {
 		return fmt.Errorf("silence: read the ingestion clock: %w", err)
@@ -193,6 +195,10 @@ func (s *Silence) UseStore(st StateStore) error {
 	}
 	return nil
 }
+
+// silenceFireStep bounds the timers one step fires with an engine store, so
+// the devices changed in one transaction stay bounded after a downtime.
+const silenceFireStep = 10_000
 
 // Err reports the first failed store read.
 func (s *Silence) Err() error { return s.err }
@@ -349,20 +355,35 @@ func (s *Silence) ResetIdle() {
 func (s *Silence) AdvanceTo(t int64, out *Output) { s.advanceTo(t, out) }
 
 func (s *Silence) advanceTo(t int64, out *Output) {
-	if s.hasI && t <= s.clockI {
+	if s.hasI && t <= s.clockI && !s.backlog {
 		return
 	}
-	s.clockI, s.hasI, s.iDirty = t, true, true
-	if s.nextOK && t < s.nextDue {
+	if !s.hasI || t > s.clockI {
+		s.clockI, s.hasI, s.iDirty = t, true, true
+	}
+	t = s.clockI
+	if !s.backlog && s.nextOK && t < s.nextDue {
 		return
 	}
+	s.backlog = false
 	// The timers due by t, in (due, device) order; firing one may arm the
-	// next level, due by t too after a downtime.
+	// next level, due by t too after a downtime. With an engine store at
+	// most maxFire are read and fired per call (the changes stay bounded);
+	// the next call goes on where this one stopped.
 	var due dueHeap
+	var last timer
+	truncated := false
 	s.scan([]byte{'t'}, timerKey(t+1, ""), func(k, _ []byte) bool {
-		if tm := parseTimerKey(k); !s.changed(tm.id) {
-			heap.Push(&due, tm)
+		tm := parseTimerKey(k)
+		if s.changed(tm.id) {
+			return true
 		}
+		if s.maxFire > 0 && due.Len() >= s.maxFire {
+			truncated = true
+			return false
+		}
+		heap.Push(&due, tm)
+		last = tm
 		return true
 	})
 	s.eachChangedTimer(func(tm timer) {
@@ -370,7 +391,11 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 			heap.Push(&due, tm)
 		}
 	})
-	for due.Len() > 0 {
+	for fired := 0; due.Len() > 0; fired++ {
+		if (truncated && timerLess(last, due[0])) || (s.maxFire > 0 && fired >= s.maxFire) {
+			s.backlog, s.nextOK = true, false // unread stored timers come first
+			return
+		}
 		tm := heap.Pop(&due).(timer)
 		d := s.load(tm.id)
 		if d == nil || !d.armed || d.due != tm.due {
@@ -693,12 +718,14 @@ func appendTime(b []byte, ms int64) []byte {
 // dueHeap orders the timers being fired by due time, then device id.
 type dueHeap []timer
 
-func (h dueHeap) Len() int { return len(h) }
-func (h dueHeap) Less(i, j int) bool {
-	if h[i].due != h[j].due {
-		return h[i].due < h[j].due
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return timerLess(h[i], h[j]) }
+
+func timerLess(a, b timer) bool {
+	if a.due != b.due {
+		return a.due < b.due
 	}
-	return h[i].id < h[j].id
+	return a.id < b.id
 }
 func (h dueHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
 func (h *dueHeap) Push(x any)   { *h = append(*h, x.(timer)) }
