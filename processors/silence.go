@@ -416,6 +416,10 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 			heap.Push(&due, timer{d.due, d.id})
 		}
 	}
+	if truncated {
+		s.backlog, s.nextOK = true, false // stored timers past the ones read may be due
+		return
+	}
 	// The next due time: the first stored timer after t, or a newer one.
 	s.nextDue, s.nextOK = 1<<63-1, true
 	s.scan(timerKey(t+1, ""), []byte{'t' + 1}, func(k, _ []byte) bool {

@@ -217,3 +217,44 @@ func TestSilenceStoreFailure(t *testing.T) {
 		t.Fatal("a failed store read was not reported by Err")
 	}
 }
+
+// TestSilenceStepsFireInOrder: with a small step, a backlog of due timers
+// (every level of every device, after a downtime) fires over many steps
+// exactly as one uninterrupted in-memory pass fires it: same events, same
+// order, none lost when a step ends on the last timer it read.
+func TestSilenceStepsFireInOrder(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, step := range []int{1, 2, 7, 100} {
+		clock := &testClock{t: t0}
+		st := newEngineStore()
+		s := storeSilence(t, clock, shippedLevels, st)
+		s.maxFire = step
+		ref := newTestSilence(t, clock)
+		var out, refOut Output
+		for d := range 300 {
+			clock.t = t0.Add(time.Duration(d%17) * time.Minute) // ties in due time too
+			rec := reading(fmt.Sprintf("dev-%03d", d), clock.t, "")
+			s.Process(rec, &out)
+			ref.Process(rec, &refOut)
+		}
+		st.commit(s)
+		// Half-way: only unreachable levels are due, the store read is cut short.
+		for _, end := range []int64{t0.Add(3*day + 8*time.Minute).UnixMilli(), t0.Add(11 * day).UnixMilli()} {
+			ref.AdvanceTo(end, &refOut)
+			for steps := 0; ; steps++ {
+				n := len(out.Events)
+				s.AdvanceTo(end, &out)
+				st.commit(s)
+				if len(out.Events) == n && !s.backlog {
+					break
+				}
+				if steps > 1000 {
+					t.Fatalf("step %d: still firing after %d steps", step, steps)
+				}
+			}
+		}
+		if len(out.Events) != 900 || !slices.EqualFunc(out.Events, refOut.Events, func(a, b Event) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
+			t.Fatalf("step %d: %d events, reference %d; they differ", step, len(out.Events), len(refOut.Events))
+		}
+	}
+}
