@@ -91,6 +91,7 @@ type Silence struct {
 	nextOK   bool
 	maxFire  int  // timers fired per step at most (engine store), 0 = all
 	backlog  bool // due timers are left over from the last step
+	firedN   int  // timers handled since the last Changes
 	err      error
 	clockI   int64 // the ingestion clock I (ms)
 	hasI     bool
@@ -307,6 +308,11 @@ func (s *Silence) Process(rec Record, out *Output) {
 	}
 	s.advanceTo(ing, out)
 	d := s.load(id)
+	for s.backlog && d != nil && d.armed && d.due <= s.clockI {
+		// Due timers are left for later steps: this device's fire now,
+		// before the reading that ends its silence.
+		s.fire(d, s.clockI, out)
+	}
 	if s.retire != nil {
 		if v, ok := lookup(obj, s.retire); ok && string(v) == "true" {
 			if d != nil {
@@ -365,11 +371,16 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 	if !s.backlog && s.nextOK && t < s.nextDue {
 		return
 	}
+	if s.stepDone() {
+		s.backlog, s.nextOK = true, false
+		return
+	}
 	s.backlog = false
 	// The timers due by t, in (due, device) order; firing one may arm the
 	// next level, due by t too after a downtime. With an engine store at
-	// most maxFire are read and fired per call (the changes stay bounded);
-	// the next call goes on where this one stopped.
+	// most maxFire are read and fired between two Changes (the changes of a
+	// transaction stay bounded); the next step goes on where this one
+	// stopped, in the same order.
 	var due dueHeap
 	var last timer
 	truncated := false
@@ -391,8 +402,8 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 			heap.Push(&due, tm)
 		}
 	})
-	for fired := 0; due.Len() > 0; fired++ {
-		if (truncated && timerLess(last, due[0])) || (s.maxFire > 0 && fired >= s.maxFire) {
+	for due.Len() > 0 {
+		if (truncated && timerLess(last, due[0])) || s.stepDone() {
 			s.backlog, s.nextOK = true, false // unread stored timers come first
 			return
 		}
@@ -401,17 +412,7 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 		if d == nil || !d.armed || d.due != tm.due {
 			continue // stale: replaced since (its key goes with the next Changes)
 		}
-		if d.fired < len(s.levels) && d.lastIngest+s.levels[d.fired].After.Milliseconds() > t {
-			s.schedule(d) // its level's delay was lengthened since it was armed
-			s.touch(d)
-			continue
-		}
-		if d.fired < len(s.levels) {
-			s.emitLevel(d, out)
-			d.fired++
-		}
-		s.schedule(d)
-		s.touch(d)
+		s.fire(d, t, out)
 		if d.armed && d.due <= t {
 			heap.Push(&due, timer{d.due, d.id})
 		}
@@ -459,6 +460,23 @@ func (s *Silence) eachChangedTimer(fn func(timer)) {
 			fn(timer{d.due, d.id})
 		}
 	}
+}
+
+// stepDone says this step (since the last Changes) fired all it may.
+func (s *Silence) stepDone() bool { return s.maxFire > 0 && s.firedN >= s.maxFire }
+
+// fire handles d's pending timer, due by t: its level fires and the next
+// one is armed (a delay lengthened since it was armed re-arms it instead).
+func (s *Silence) fire(d *device, t int64, out *Output) {
+	s.firedN++
+	switch {
+	case d.fired < len(s.levels) && d.lastIngest+s.levels[d.fired].After.Milliseconds() > t:
+	case d.fired < len(s.levels):
+		s.emitLevel(d, out)
+		d.fired++
+	}
+	s.schedule(d)
+	s.touch(d)
 }
 
 // schedule arms d's next level (replacing its pending timer), if any.
@@ -623,6 +641,7 @@ func (s *Silence) Changes(fn func(key, val []byte)) {
 	}
 	s.dirty = s.dirty[:0]
 	clear(s.devs)
+	s.firedN = 0
 	if s.iDirty {
 		s.iDirty = false
 		fn(silenceClockKey, binary.AppendVarint(nil, s.clockI))

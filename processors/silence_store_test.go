@@ -107,6 +107,7 @@ func TestSilenceStateInStore(t *testing.T) {
 	for steps := 0; ; steps++ {
 		n := len(out.Events)
 		s2.AdvanceTo(end, &out)
+		s2.AdvanceTo(end, &out) // a second call before the commit fires no more
 		if len(s2.devs) > silenceFireStep || len(out.Events)-n > silenceFireStep {
 			t.Fatalf("one step fired %d timers and holds %d devices, want at most %d", len(out.Events)-n, len(s2.devs), silenceFireStep)
 		}
@@ -255,6 +256,52 @@ func TestSilenceStepsFireInOrder(t *testing.T) {
 		}
 		if len(out.Events) != 900 || !slices.EqualFunc(out.Events, refOut.Events, func(a, b Event) bool { return a.Key == b.Key && bytes.Equal(a.Value, b.Value) }) {
 			t.Fatalf("step %d: %d events, reference %d; they differ", step, len(out.Events), len(refOut.Events))
+		}
+	}
+}
+
+// TestSilenceBacklogReadingFiresItsDevice: while due timers wait for later
+// steps, a reading of a device whose levels are overdue first fires them,
+// then recovers it: its silence is never lost to the step limit.
+func TestSilenceBacklogReadingFiresItsDevice(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := &testClock{t: t0}
+	st := newEngineStore()
+	s := storeSilence(t, clock, shippedLevels, st)
+	s.maxFire = 1
+	var out Output
+	for d := range 3 {
+		s.Process(reading(fmt.Sprintf("d%d", d), t0, ""), &out)
+	}
+	st.commit(s)
+	end := t0.Add(11 * day)
+	s.AdvanceTo(end.UnixMilli(), &out) // fires d0's unreachable only
+	clock.t = end
+	s.Process(reading("d2", end, ""), &out)
+	var d2 []string
+	for _, e := range decodeEvents(t, &out) {
+		if e["device"] == "d2" {
+			d2 = append(d2, e["event"].(string))
+		}
+	}
+	if fmt.Sprint(d2) != "[unreachable alert1 alert2 recovered]" {
+		t.Fatalf("d2 reported during a backlog: events %v, want [unreachable alert1 alert2 recovered]", d2)
+	}
+	for steps := 0; s.backlog || steps == 0; steps++ {
+		st.commit(s)
+		s.AdvanceTo(end.UnixMilli(), &out)
+		if steps > 20 {
+			t.Fatal("backlog never drains")
+		}
+	}
+	st.commit(s)
+	n := map[string]int{}
+	for _, e := range decodeEvents(t, &out) {
+		n[e["device"].(string)+" "+e["event"].(string)]++
+	}
+	for _, k := range []string{"d0 unreachable", "d0 alert1", "d0 alert2", "d1 unreachable", "d1 alert1", "d1 alert2", "d2 unreachable", "d2 recovered"} {
+		if n[k] != 1 {
+			t.Errorf("%s: %d times, want 1 (all: %v)", k, n[k], n)
 		}
 	}
 }
