@@ -77,6 +77,15 @@
 // is dropped and rebuilt from the changelog alone. Kafka partitions and
 // Kinesis shards share this changelog read (readChangelogTo).
 //
+// A processor that implements processors.StoreUser (the silence processor)
+// is not loaded into memory at all: the changelog tail goes into Pebble
+// only, and the processor then reads its partition's Pebble range through
+// UseStore (procstore.go), holding just the entries changed since the last
+// commit. Since Pebble is written after each commit, the range it reads is
+// always the committed state; a failed read makes the stage stop before it
+// commits anything computed without it. Kinesis shards still restore such a
+// processor into memory (Restore), like every other processor.
+//
 // At start the engine creates each changelog with as many partitions as its
 // input topic has on the broker, and refuses to run when an existing
 // changelog is not compacted or has fewer partitions, or when the session

@@ -405,11 +405,22 @@ func (s *liveStage) part(ctx context.Context, p int32) (*partState, error) {
 // package doc). It returns the number of changelog records read.
 func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, error) {
 	name := s.spec.Name
+	proc, err := s.spec.newProcessor(true, s.e.clock)
+	if err != nil {
+		return nil, 0, err
+	}
+	// A StoreUser reads its state from Pebble once the changelog tail is
+	// in; everything else is restored into memory from entries.
+	su, inStore := proc.(processors.StoreUser)
 	entries := map[string][]byte{}
-	meta, ok, err := s.e.store.Load(name, p, func(k, v []byte) error {
+	load := func(k, v []byte) error {
 		entries[string(k)] = append([]byte(nil), v...)
 		return nil
-	})
+	}
+	if inStore {
+		load = nil
+	}
+	meta, ok, err := s.e.store.Load(name, p, load)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -444,9 +455,11 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 			n++
 			switch {
 			case len(r.Key) > 1 && r.Key[0] == 'p':
-				if r.Value == nil {
+				switch {
+				case inStore:
+				case r.Value == nil:
 					delete(entries, string(r.Key[1:]))
-				} else {
+				default:
 					entries[string(r.Key[1:])] = r.Value
 				}
 				batch.Set(name, p, r.Key[1:], r.Value)
@@ -460,10 +473,6 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 			return nil, 0, err
 		}
 	}
-	proc, err := s.spec.newProcessor(true, s.e.clock)
-	if err != nil {
-		return nil, 0, err
-	}
 	for k, v := range entries {
 		if err := proc.Restore([]byte(k), v); err != nil {
 			return nil, 0, fmt.Errorf("restore entry %q: %w", k, err)
@@ -472,6 +481,12 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	batch.SetMeta(name, p, state.Meta{ChangelogOffset: barrier + 1, InputOffset: next})
 	if err := batch.Commit(); err != nil {
 		return nil, 0, err
+	}
+	if inStore {
+		if err := su.UseStore(partStore{s.e.store, name, p}); err != nil {
+			return nil, 0, err
+		}
+		proc.ResetIdle() // built before the changelog read: its idle clock starts now
 	}
 	return &partState{proc: proc, nextInput: next}, n, nil
 }
@@ -552,6 +567,12 @@ func (s *liveStage) publishActive() {
 // the changelog, then everything commits atomically, then Pebble follows.
 func (s *liveStage) commit(ctx context.Context) error {
 	consumed := false
+	for p, ps := range s.parts {
+		if err := storeFailure(ps.proc); err != nil {
+			// What it produced may be wrong: never commit it.
+			return fmt.Errorf("stage %s partition %d: %w", s.spec.Name, p, err)
+		}
+	}
 	for p, ps := range s.parts {
 		consumed = consumed || ps.consumed
 		ps.proc.Changes(func(k, v []byte) {

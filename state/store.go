@@ -73,7 +73,8 @@ func prefix(stage string, partition int32, kind byte) []byte {
 }
 
 // Load calls fn for every entry of (stage, partition) and returns its meta
-// (ok=false when the partition has no state here yet).
+// (ok=false when the partition has no state here yet); fn nil reads only
+// the meta.
 func (s *Store) Load(stage string, partition int32, fn func(key, val []byte) error) (Meta, bool, error) {
 	var m Meta
 	found := false
@@ -90,6 +91,9 @@ func (s *Store) Load(stage string, partition int32, fn func(key, val []byte) err
 		}
 		closer.Close()
 	}
+	if fn == nil {
+		return m, found, nil
+	}
 	p := prefix(stage, partition, kindEntry)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: upper(p)})
 	if err != nil {
@@ -102,6 +106,44 @@ func (s *Store) Load(stage string, partition int32, fn func(key, val []byte) err
 		}
 	}
 	return m, found, it.Error()
+}
+
+// Get returns a copy of the entry key of (stage, partition) (ok false: absent).
+func (s *Store) Get(stage string, partition int32, key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(append(prefix(stage, partition, kindEntry), key...))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("read state of %s/%d: %w", stage, partition, err)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// Scan calls fn with the entries of (stage, partition) whose keys are in
+// [from, to) (to nil: to the end), in key order, until fn returns false.
+// key and val are valid only during the call.
+func (s *Store) Scan(stage string, partition int32, from, to []byte, fn func(key, val []byte) bool) error {
+	p := prefix(stage, partition, kindEntry)
+	hi := upper(p)
+	if to != nil {
+		hi = append(p[:len(p):len(p)], to...)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: append(p[:len(p):len(p)], from...), UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("scan state of %s/%d: %w", stage, partition, err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		if !fn(it.Key()[len(p):], it.Value()) {
+			break
+		}
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("scan state of %s/%d: %w", stage, partition, err)
+	}
+	return nil
 }
 
 func upper(p []byte) []byte {

@@ -65,3 +65,40 @@ func TestUnknownPartitionHasNoState(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 }
+
+// TestGetAndScanAreScopedAndOrdered: Get and Scan see only their (stage,
+// partition), Scan walks [from, to) in key order and stops when told.
+func TestGetAndScanAreScopedAndOrdered(t *testing.T) {
+	s, err := Open("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := s.NewBatch()
+	for _, k := range []string{"t3", "t1", "d1", "t2", "u"} {
+		b.Set("sil", 0, []byte(k), []byte("v"+k))
+	}
+	b.Set("sil", 1, []byte("t0"), []byte("other partition"))
+	b.Set("sil0", 0, []byte("t0"), []byte("other stage"))
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := s.Get("sil", 0, []byte("d1")); err != nil || !ok || string(v) != "vd1" {
+		t.Fatalf("Get d1 = %q %v %v", v, ok, err)
+	}
+	if _, ok, err := s.Get("sil", 0, []byte("t0")); err != nil || ok {
+		t.Fatalf("Get t0 found another partition's entry (%v)", err)
+	}
+	var got []string
+	if err := s.Scan("sil", 0, []byte("t"), []byte("u"), func(k, v []byte) bool { got = append(got, string(k)); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[t1 t2 t3]" {
+		t.Fatalf("Scan [t, u) = %v, want [t1 t2 t3]", got)
+	}
+	got = nil
+	_ = s.Scan("sil", 0, []byte("t2"), nil, func(k, v []byte) bool { got = append(got, string(k)); return len(got) < 2 })
+	if fmt.Sprint(got) != "[t2 t3]" {
+		t.Fatalf("Scan from t2, stop after 2 = %v, want [t2 t3]", got)
+	}
+}
