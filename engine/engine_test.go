@@ -32,10 +32,10 @@ commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 3}
 processors:
-  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1m, partitions: 3}}
+  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, output: {topic: c.1m, partitions: 3}}
   c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: c.5m, partitions: 2}}
   c1h: {kind: rollup, from: c5m, timeframe: 1h, output: {topic: c.1h, partitions: 1}}
-  d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: d.5m, partitions: 3}}
+  d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 2s, output: {topic: d.5m, partitions: 3}}
 dead_letter: {topic: e2e.dlq}
 `
 
@@ -45,8 +45,9 @@ type fixture struct {
 	t      *testing.T
 	seeds  []string
 	top    *topology.Topology
-	opts   []kgo.Opt // what the test's own clients need: TLS and SASL of a secured broker
-	topics []string  // output topics live() reads; nil: outputTopics
+	opts   []kgo.Opt        // what the test's own clients need: TLS and SASL of a secured broker
+	clock  processors.Clock // the engines' clock; nil: the wall clock
+	topics []string         // output topics live() reads; nil: outputTopics
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -125,8 +126,12 @@ func (f *fixture) start(stateDir, instance string) *running {
 	level := slog.LevelWarn
 	_ = level.UnmarshalText([]byte(os.Getenv("KANDLE_TEST_LOG"))) // e.g. KANDLE_TEST_LOG=info when debugging
 	log := slog.New(slog.NewTextHandler(testWriter{f.t}, &slog.HandlerOptions{Level: level}))
-	eng, err := engine.New(f.top, engine.WithStateDir(stateDir), engine.WithInstanceID(instance), engine.WithLogger(log),
-		engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
+	opts := []engine.Option{engine.WithStateDir(stateDir), engine.WithInstanceID(instance), engine.WithLogger(log),
+		engine.WithSessionTimeout(6 * time.Second), engine.WithTransactionTimeout(6 * time.Second)}
+	if f.clock != nil {
+		opts = append(opts, engine.WithClock(f.clock))
+	}
+	eng, err := engine.New(f.top, opts...)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -188,13 +193,14 @@ func (f *fixture) live() map[string][]string {
 	return out
 }
 
-// waitFor polls the live outputs until they equal want or the time is up,
-// then reports the first difference.
+// waitFor polls the live outputs until those of the windows the input closes
+// (see closedByInput) equal want, or the time is up, then reports the first
+// difference.
 func (f *fixture) waitFor(want map[string][]string, within time.Duration) {
 	f.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		got := f.live()
+		got := closedByInput(f.t, want, f.live())
 		diff := diffOutputs(want, got)
 		if diff == "" {
 			return
@@ -203,6 +209,65 @@ func (f *fixture) waitFor(want map[string][]string, within time.Duration) {
 			f.t.Fatalf("live outputs differ from replay after %s:\n%s", within, diff)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// closedByInput drops the live candles of windows the replay (want) never
+// closes: with the shipped idle_timeout a caught-up, quiet live partition
+// advances its watermark by the wall clock and closes the windows after the
+// input's last trade, which a replay, depending only on its input, cannot.
+// A live candle is kept when its open_time is at most the replay's last
+// open_time of the same symbol in the same topic; every candle of the
+// windows the input closes is compared exactly.
+func closedByInput(t *testing.T, want, got map[string][]string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for topic, cs := range got {
+		last := map[string]int64{}
+		for _, js := range want[topic] {
+			c, err := candle.ParseJSON([]byte(js))
+			if err != nil {
+				t.Fatalf("replay wrote a record that is not a candle to %s: %s", topic, js)
+			}
+			if o, ok := last[c.Symbol]; !ok || c.OpenTime > o {
+				last[c.Symbol] = c.OpenTime
+			}
+		}
+		for _, js := range cs {
+			c, err := candle.ParseJSON([]byte(js))
+			if err != nil {
+				out[topic] = append(out[topic], js) // reported as unexpected
+				continue
+			}
+			if o, ok := last[c.Symbol]; ok && c.OpenTime <= o {
+				out[topic] = append(out[topic], js)
+			}
+		}
+	}
+	return out
+}
+
+// waitIdleAdvance waits until the live group has closed a 1m window after
+// the last one the input (want, a replay) closes: only the shipped
+// idle_timeout's advance by the clock does that. Then the windows the input
+// closes must still equal want.
+func (f *fixture) waitIdleAdvance(want map[string][]string, within time.Duration) {
+	f.t.Helper()
+	start := time.Now()
+	deadline := start.Add(within)
+	for {
+		got := f.live()
+		if n := len(got["c.1m"]) - len(closedByInput(f.t, want, got)["c.1m"]); n > 0 {
+			f.t.Logf("idle advance closed %d 1m windows after the input's (waited %s)", n, time.Since(start).Round(time.Millisecond))
+			if diff := diffOutputs(want, closedByInput(f.t, want, got)); diff != "" {
+				f.t.Fatalf("after the idle advance, live outputs differ from replay:\n%s", diff)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("no window after the input's closed by idle advance within %s", within)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -290,28 +355,68 @@ func TestLiveEqualsReplay(t *testing.T) {
 	r := f.start(t.TempDir(), "a")
 	defer r.stop(t)
 	f.waitFor(want, 90*time.Second)
+	f.waitIdleAdvance(want, 60*time.Second)
 }
 
 // Stopping mid-stream and restarting (same Pebble dir, then an empty one that
 // must rebuild from the changelog) loses and doubles nothing.
+//
+// The engines run with the shipped idle_timeout, max_future and lateness on
+// a clock that ticks in real time from the end of the input produced so far
+// (clockAt), as if the input were live: a caught-up instance advances by
+// that clock, and the next segment of input starts where the clock stood at
+// the stop, as trades do after a restart.
 func TestRestartResumesExactly(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
 	f.produce(6000, 1, t0, time.Hour)
+	f.clock = clockAt(t0.Add(time.Hour))
 	r := f.start(dir, "a")
-	f.waitFor(f.replay(), 60*time.Second)
+	want := f.replay()
+	f.waitFor(want, 60*time.Second)
+	f.waitIdleAdvance(want, 60*time.Second) // the stop comes after an advance by the clock
 	r.stop(t)
 
-	f.produce(6000, 2, t0.Add(time.Hour), time.Hour)
+	next, end := segmentAfter(f.clock)
+	f.produce(6000, 2, next, end.Sub(next))
+	f.clock = clockAt(end)
 	r = f.start(dir, "a")
-	f.waitFor(f.replay(), 60*time.Second)
+	want = f.replay()
+	f.waitFor(want, 60*time.Second)
+	f.waitIdleAdvance(want, 60*time.Second)
 	r.stop(t)
 
-	f.produce(6000, 3, t0.Add(2*time.Hour), time.Hour)
+	next, end = segmentAfter(f.clock)
+	f.produce(6000, 3, next, end.Sub(next))
+	f.clock = clockAt(end)
 	r = f.start(t.TempDir(), "b") // a new machine: state comes from the changelog
 	defer r.stop(t)
 	f.waitFor(f.replay(), 60*time.Second)
 }
+
+// segmentAfter returns the span of the next input after an engine on clock
+// stopped: from the clock's time now (an idle advance moved no watermark
+// beyond it less the lateness) to a whole minute about an hour later, so the
+// last window the input opens ends where the clock starts for the next run
+// and an idle advance closes it idle_timeout after the catch-up.
+func segmentAfter(clock processors.Clock) (next, end time.Time) {
+	next = clock.Now()
+	return next, next.Add(time.Hour).Truncate(time.Minute)
+}
+
+// shiftedClock is the wall clock moved to another instant: it ticks in real
+// time, so idle_timeout and max_future work as in production, against input
+// stamped in the past.
+type shiftedClock struct{ off time.Duration }
+
+func (c shiftedClock) Now() time.Time { return time.Now().Add(c.off) }
+
+// clockAt returns a clock that reads at now, and ticks on from there. An
+// engine on it sees input stamped up to at as just produced: none of it is
+// beyond max_future, and an idle advance moves a watermark to at most the
+// clock's time less the lateness, never past input stamped after the clock's
+// time at the engine's stop.
+func clockAt(at time.Time) shiftedClock { return shiftedClock{off: time.Until(at)} }
 
 // TestMain doubles as a kandle instance for tests that need one in its own
 // process (to SIGKILL it): with KANDLE_TEST_TOPOLOGY set, the test binary
@@ -365,7 +470,7 @@ func TestReplayRangeEqualsLive(t *testing.T) {
 	r := f.start(t.TempDir(), "a")
 	defer r.stop(t)
 	f.waitFor(want, 90*time.Second)
-	live := f.live()
+	live := closedByInput(t, want, f.live())
 
 	from := t0.Add(90 * time.Minute)
 	for _, parts := range [][]int32{nil, {1}} {
@@ -423,7 +528,8 @@ func partitionKeys(t *testing.T, f *fixture, parts []int32) map[string]bool {
 // Live mode only: a partition that stays quiet for idle_timeout advances its
 // watermark by the wall clock, so the last window closes without any later
 // trade. A replay of the same input never does (its candles depend only on
-// its input).
+// its input). The processor runs with the shipped idle_timeout, max_future
+// and lateness.
 func TestIdleAdvanceLiveOnly(t *testing.T) {
 	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
@@ -438,7 +544,7 @@ metrics: ""
 sources:
   trades: {topic: trades, partitions: 1}
 processors:
-  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 0s, idle_timeout: 1s, max_future: 0s, output: {topic: c.1m, partitions: 1}}
+  c1m: {kind: candles, from: trades, timeframe: 1m, output: {topic: c.1m, partitions: 1}}
 `, seeds[0]), topology.Registry{})
 	if err != nil {
 		t.Fatal(err)

@@ -57,7 +57,7 @@ metrics: ""
 sources:
   trades: {topic: trades, partitions: 1}
 processors:
-  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 0s, idle_timeout: 30s, max_future: 0s, output: {topic: c.1m, partitions: 1}}
+  c1m: {kind: candles, from: trades, timeframe: 1m, output: {topic: c.1m, partitions: 1}}
 `, seeds[0]), topology.Registry{})
 	if err != nil {
 		t.Fatal(err)
@@ -144,9 +144,12 @@ processors:
 		return err == nil && dg[group].State == "Empty"
 	})
 
-	// The partition has been quiet for longer than idle_timeout: a's next
-	// tick closes the trade's window, and its transaction must abort.
-	clock.Set(minute.Add(time.Second + 30*time.Second + 70*time.Second))
+	// The partition has been quiet for far longer than the shipped
+	// idle_timeout (5s) and the clock is past the window's close plus the
+	// shipped lateness (2s): a's next tick closes the trade's window, and its
+	// transaction must abort.
+	zombieAt := minute.Add(101 * time.Second) // the watermark moves to 99s: only the trade's window closes
+	clock.Set(zombieAt)
 	waitFor("a's idle-advance transaction to abort", 20*time.Second, func() bool {
 		if got := candles(); len(got) > 0 {
 			t.Fatalf("the zombie committed candles: %v", got)
@@ -165,9 +168,10 @@ processors:
 	stopB := start("b", regB)
 	defer stopB()
 	// b measures idle_timeout from its own restore (wall-clock facts are
-	// not restored), so its clock must run idle_timeout past it.
+	// not restored), so its clock must run the shipped idle_timeout (5s)
+	// past it; at 107s less the lateness the next window stays open.
 	waitFor("b to restore the partition", 30*time.Second, func() bool { return gauge(t, regB, "kandle_partitions_owned") == 1 })
-	clock.Set(minute.Add(time.Second + 30*time.Second + 70*time.Second + 30*time.Second))
+	clock.Set(zombieAt.Add(6 * time.Second))
 	waitFor("b to close the quiet window", 30*time.Second, func() bool { return len(candles()) > 0 })
 	time.Sleep(500 * time.Millisecond)
 	got := candles()

@@ -51,11 +51,17 @@ func (f *fixture) runFor(dir string, d time.Duration) error {
 func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
+	// The engines run with the shipped defaults on a clock that ticks from
+	// the end of the input so far (see TestRestartResumesExactly).
 	f.produce(3000, 1, t0, time.Hour)
+	f.clock = clockAt(t0.Add(time.Hour))
 	orig := f.top
 	r := f.start(dir, "a")
-	f.waitFor(f.replay(), 90*time.Second)
+	first := f.replay()
+	f.waitFor(first, 90*time.Second)
+	f.waitIdleAdvance(first, 60*time.Second) // the next input comes after an advance by the clock
 	r.stop(t)
+	next, end := segmentAfter(f.clock)
 
 	// lateness of c1m: c1m, and the rollups built on it, refuse.
 	f.top = f.reparse("c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s,", "c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 5s,")
@@ -92,9 +98,10 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 	}
 
 	// A compatible edit: idle_timeout and max_future of c1m.
-	f.top = f.reparse("lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1m", "lateness: 2s, idle_timeout: 1h, max_future: 2s, output: {topic: c.1m")
+	f.top = f.reparse("lateness: 2s, output: {topic: c.1m", "lateness: 2s, idle_timeout: 1h, max_future: 2s, output: {topic: c.1m")
+	f.produce(3000, 2, next, end.Sub(next))
+	f.clock = clockAt(end)
 	r = f.start(dir, "a")
-	f.produce(3000, 2, t0.Add(time.Hour), time.Hour)
 	f.waitFor(f.replay(), 90*time.Second)
 	r.stop(t)
 }

@@ -29,7 +29,7 @@ sources:
     kind: kinesis
     kinesis: {stream: %s, endpoint: %s}
 processors:
-  c1m: {kind: candles, from: ticks, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: k.1m}}
+  c1m: {kind: candles, from: ticks, timeframe: 1m, lateness: 2s, output: {topic: k.1m}}
   c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: k.5m}}
 dead_letter: {topic: kinrange.dlq}
 `

@@ -26,7 +26,7 @@ kafka:
 sources:
   trades: {topic: trades, partitions: 2}
 processors:
-  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1m, partitions: 2}}
+  c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, output: {topic: c.1m, partitions: 2}}
 dead_letter: {topic: secured.dlq}
 `
 
