@@ -34,6 +34,23 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// FreePorts returns n distinct TCP ports that were free a moment ago on
+// every interface (for servers such as kinesis-mock that bind all of them):
+// the listeners are held until all n are chosen, so no two are the same.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatalf("testkit: no free port: %v", err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports
+}
+
 // RepoRoot returns the repository root (the folder holding go.mod).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
@@ -200,7 +217,8 @@ func S3rver(t testing.TB) *Service {
 // port. streams is its INITIALIZE_STREAMS value ("name:shards,..."), or "".
 func KinesisMock(t testing.TB, streams string) *Service {
 	t.Helper()
-	port, tlsPort := FreePort(t), FreePort(t)
+	ports := FreePorts(t, 2)
+	port, tlsPort := ports[0], ports[1]
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	dir := filepath.Join(EmuDir(t), "node_modules", "kinesis-local")
 	env := []string{
