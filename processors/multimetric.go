@@ -79,22 +79,8 @@ func NewMultiMetric(mc MetricsConfig, cfg CandleConfig, clock Clock) (*MultiMetr
 
 // Process splits one reading into its metrics' series.
 func (m *MultiMetric) Process(rec Record, out *Output) {
-	if m.maxSize > 0 && len(rec.Value) > m.maxSize {
-		reject(out, rec, Rejection{Reason: ReasonOversized, Detail: fmt.Sprintf("%d bytes > max_record_bytes %d", len(rec.Value), m.maxSize)})
-		return
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(rec.Value, &obj); err != nil {
-		reason := ReasonMalformedJSON
-		if json.Valid(rec.Value) {
-			reason = ReasonNotObject
-		}
-		reject(out, rec, Rejection{Reason: reason, Detail: err.Error()})
-		return
-	}
-	rawKey, ok := lookup(obj, m.key)
+	obj, rawKey, ok := readReading(rec, m.maxSize, m.key, out)
 	if !ok {
-		reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", strings.Join(m.key, "."))})
 		return
 	}
 	var dev string
@@ -107,13 +93,7 @@ func (m *MultiMetric) Process(rec Record, out *Output) {
 		return
 	}
 	if m.keyCheck && string(rec.Key) != dev {
-		what := fmt.Sprintf("record key %q differs from", rec.Key)
-		if rec.Key == nil {
-			what = "the record has no key;"
-		}
-		reject(out, rec, Rejection{Reason: ReasonKeyMismatch, Key: dev, Detail: fmt.Sprintf("%s field %q = %q: produce each "+
-			"reading with its device id as the record key so one device stays in one partition, or set key_check: false on the source",
-			what, strings.Join(m.key, "."), dev)})
+		reject(out, rec, readingKeyMismatch(rec.Key, m.key, dev))
 		return
 	}
 	rawTS, ok := lookup(obj, m.ts)

@@ -252,22 +252,8 @@ func (s *Silence) Process(rec Record, out *Output) {
 		}
 		return
 	}
-	if s.maxSize > 0 && len(rec.Value) > s.maxSize {
-		reject(out, rec, Rejection{Reason: ReasonOversized, Detail: fmt.Sprintf("%d bytes > max_record_bytes %d", len(rec.Value), s.maxSize)})
-		return
-	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(rec.Value, &obj); err != nil {
-		reason := ReasonMalformedJSON
-		if json.Valid(rec.Value) {
-			reason = ReasonNotObject
-		}
-		reject(out, rec, Rejection{Reason: reason, Detail: err.Error()})
-		return
-	}
-	rawKey, ok := lookup(obj, s.key)
+	obj, rawKey, ok := readReading(rec, s.maxSize, s.key, out)
 	if !ok {
-		reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q is missing", strings.Join(s.key, "."))})
 		return
 	}
 	var id string
@@ -280,13 +266,7 @@ func (s *Silence) Process(rec Record, out *Output) {
 		}
 	}
 	if s.keyCheck && string(rec.Key) != id {
-		what := fmt.Sprintf("record key %q differs from", rec.Key)
-		if rec.Key == nil {
-			what = "the record has no key;"
-		}
-		reject(out, rec, Rejection{Reason: ReasonKeyMismatch, Key: id, Detail: fmt.Sprintf("%s field %q = %q: produce each "+
-			"reading with its device id as the record key so one device stays in one partition, or set key_check: false on the source",
-			what, strings.Join(s.key, "."), id)})
+		reject(out, rec, readingKeyMismatch(rec.Key, s.key, id))
 		return
 	}
 	rawTS, ok := lookup(obj, s.ts)
