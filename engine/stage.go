@@ -606,6 +606,19 @@ func (s *liveStage) commit(ctx context.Context) error {
 		}
 	}
 	committed, err := s.sess.End(endCtx, try)
+	if err != nil && !isFatalTxnErr(err) {
+		// franz-go keeps the transaction open when EndTxn fails (e.g. a
+		// zombie that was fenced while paused); the documented cure is an
+		// abort retry, which resets the producer. Without it the next
+		// Begin fails with "already in a transaction" and the stage dies.
+		for range 3 {
+			_, aerr := s.sess.End(endCtx, kgo.TryAbort)
+			if aerr == nil || isFatalTxnErr(aerr) {
+				break
+			}
+			s.log.Warn("abort after a failed end of transaction failed; retrying", "err", aerr)
+		}
+	}
 	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
 	s.inTxn = false
 	pending, clMax := s.pending, s.clMax
