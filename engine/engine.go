@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"log/slog"
 	"os"
 	"sync"
@@ -279,7 +280,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			wg.Wait()
 			return err
 		}
-		start(spec.Name, st.run)
+		start(spec.Name, func(ctx context.Context) error { return e.runLiveStage(ctx, spec, st) })
 	}
 	for name, sk := range e.top.Sinks {
 		if !e.runs(name) {
@@ -469,4 +470,33 @@ func (e *Engine) inputPartitions(s *stageSpec) int {
 		return src.Partitions
 	}
 	return 1
+}
+
+// runLiveStage runs st until ctx ends. A stage whose transactional producer
+// was fenced (this instance was paused past its session and transaction
+// timeouts: the group moved its partitions and the coordinator bumped the
+// producer's epoch) has already left its group without committing; it
+// rejoins with a new client, whose InitProducerID takes a fresh epoch, as
+// Kafka Streams does on ProducerFencedException. Any other error stops kandle.
+func (e *Engine) runLiveStage(ctx context.Context, spec *stageSpec, st *liveStage) error {
+	for {
+		err := st.run(ctx)
+		if err == nil || ctx.Err() != nil || !isFencedProducer(err) {
+			return err
+		}
+		e.log.Warn("stage fenced: this instance lost its partitions while it was paused; rejoining with a new producer",
+			"stage", spec.Name, "err", err)
+		if sinkkit.Sleep(ctx, time.Second) != nil {
+			return nil
+		}
+		if st, err = newLiveStage(e, spec); err != nil {
+			return err
+		}
+	}
+}
+
+// isFencedProducer reports a transactional producer fenced for good: only
+// a new client (a new InitProducerID) can produce again.
+func isFencedProducer(err error) bool {
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
 }
