@@ -167,7 +167,7 @@ const maxPipeline = 2048
 //
 // It takes the pending map whole and leaves Active a new one, so Active
 // waits for a pointer swap, not for a copy, and no entry is deleted one by
-// one (that took as long as sending the candles in BenchmarkSinkVsIdeal).
+// one (the deletes were a sixth of the flush's CPU in BenchmarkSinkVsIdeal).
 // The new map is sized like the last one taken; after an outage the
 // oversized map goes to the garbage collector instead of staying.
 func (a *activeWriter) flush(ctx context.Context) error {
