@@ -9,12 +9,10 @@ import (
 	"io"
 	"log"
 	"os"
-	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/storage"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kafka"
@@ -99,30 +97,6 @@ func runGoka(partitions int) func(ctx context.Context, seeds []string, group str
 			return fmt.Errorf("goka processor stopped: %w", err)
 		}
 		return nil
-	}
-}
-
-// waitCommitted polls the group's lag every 20 ms until the group has
-// committed every offset of the topics it consumes, or run returns first.
-func waitCommitted(ctx context.Context, cl *kgo.Client, group string, run <-chan error) error {
-	adm := kadm.NewClient(cl)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-run:
-			return fmt.Errorf("stopped before the end of the stream: %w", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-		lag, err := adm.Lag(ctx, group)
-		if err != nil {
-			continue
-		}
-		if l, ok := lag[group]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
-			return nil
-		}
 	}
 }
 

@@ -152,6 +152,30 @@ func produce(ctx context.Context, seeds []string, c config) error {
 	return nil
 }
 
+// waitCommitted polls the group's lag every 20 ms until the group has
+// committed every offset of the topics it consumes, or run returns first.
+func waitCommitted(ctx context.Context, cl *kgo.Client, group string, run <-chan error) error {
+	adm := kadm.NewClient(cl)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-run:
+			return fmt.Errorf("stopped before the end of the stream: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		lag, err := adm.Lag(ctx, group)
+		if err != nil {
+			continue
+		}
+		if l, ok := lag[group]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
+			return nil
+		}
+	}
+}
+
 // emitted says how many candles a peer produced to topic (the naive peer and
 // Goka run the same aggregation over the same trades, so the counts match).
 func emitted(ctx context.Context, seeds []string, topic string) string {
