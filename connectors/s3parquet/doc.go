@@ -52,7 +52,7 @@
 // A file:// lake gives the same guarantee with a compare-and-rename: the
 // version is the SHA-256 of the file's bytes, checked under an flock on
 // LockName at the lake's root just before the rename. Where flock does not
-// exist (not unix) a file lake is single-writer.
+// exist (Windows, Solaris, AIX) a file lake is single-writer.
 //
 // # Columns
 //

@@ -303,3 +303,49 @@ func TestConditionalWriteProbe(t *testing.T) {
 		t.Fatalf("New against s3rver with unconditional_writes: %v", err)
 	}
 }
+
+// busyStore is a store another writer keeps replacing: every put fails
+// its condition.
+type busyStore struct {
+	store
+	puts int
+}
+
+func (b *busyStore) put(context.Context, string, []byte, string, bool) error {
+	b.puts++
+	return fmt.Errorf("put: %w", errConflict)
+}
+
+// TestConflictsBounded: an object that changes under every write is read,
+// merged and written again maxConflicts times, then the flush gives up with
+// an error that says why and what to check; each refusal is counted, the
+// candles stay buffered (the engine flushes again later), and the object
+// is never written over.
+func TestConflictsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	s, err := New(ctx, Config{URL: "file://" + t.TempDir()}, WithLogger(quietLogger()), WithRegisterer(reg),
+		WithClock(&fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}), WithMinBackoff(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := &busyStore{store: s.st}
+	s.st = busy
+	cs := dayCandles()[:10]
+	writeBatches(t, s, cs, 10)
+	err = s.Flush(ctx)
+	if err == nil || !errors.Is(err, errConflict) || !strings.Contains(err.Error(), "conflicting writes in a row") ||
+		!strings.Contains(err.Error(), "only one kandle deployment writes into this lake") {
+		t.Fatalf("Flush = %v, want a bounded conflict error saying what to check", err)
+	}
+	if busy.puts != maxConflicts {
+		t.Fatalf("%d writes, want %d", busy.puts, maxConflicts)
+	}
+	if n := counter(t, reg, "kandle_s3parquet_write_conflicts_total"); n != maxConflicts {
+		t.Fatalf("write conflicts = %v, want %d", n, maxConflicts)
+	}
+	if s.Buffered() != len(cs) {
+		t.Fatalf("%d candles buffered after the failed flush, want %d", s.Buffered(), len(cs))
+	}
+}
