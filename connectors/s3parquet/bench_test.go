@@ -29,7 +29,7 @@ func BenchmarkSinkWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchWrite(b, Config{URL: "s3://bench/candles", Endpoint: srv.URL(), PathStyle: true,
-			Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", "")})
+			Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""), UnconditionalWrites: true})
 	})
 	b.Run("gofakes3", func(b *testing.B) {
 		benchWrite(b, newFakeS3(b, "bench").config("bench/candles"))
