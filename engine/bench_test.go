@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"testing"
@@ -109,6 +111,7 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) float
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	stopProfile := profileTimed(b)
 	b.StartTimer()
 	start := time.Now()
 	go func() { done <- eng.Run(ctx) }()
@@ -124,11 +127,36 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) float
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	stopProfile()
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
 	return float64(n) / elapsed.Seconds()
+}
+
+// profileTimed starts a CPU profile of the timed part of one end-to-end run
+// when KANDLE_E2E_CPUPROFILE names a file (instead of -cpuprofile, which
+// also records producing the trades before the timer, on both the client's
+// and the broker's side). It returns the function that stops it.
+func profileTimed(b *testing.B) func() {
+	path := os.Getenv("KANDLE_E2E_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
 }
 
 // BenchmarkCloseLatency measures trade-to-final-candle latency: trades are
