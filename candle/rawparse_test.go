@@ -210,3 +210,17 @@ func TestParseJSONRawAllocations(t *testing.T) {
 		t.Errorf("ParseJSON made %.0f allocations, want at most 2 (symbol and timeframe)", n)
 	}
 }
+
+func BenchmarkParseJSONRaw(b *testing.B) {
+	c := Candle{Symbol: "BTC-USD", Timeframe: "1m", OpenTime: 1767225600000, CloseTime: 1767225660000,
+		Open: decimal.MustParse("65000.1"), High: decimal.MustParse("65010"), Low: decimal.MustParse("64990.5"),
+		Close: decimal.MustParse("65001"), Volume: decimal.MustParseSum("12.3456"), QuoteVolume: decimal.MustParseSum("802468.123456"), Trades: 321}
+	in := c.AppendJSON(nil)
+	var got Candle
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := ParseJSONRaw(in, &got); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
