@@ -193,6 +193,12 @@ func TestAppendFractionDigits(t *testing.T) {
 			}
 		}
 	}
+	for _, hi := range []uint64{0, 1, 1<<18 - 1, 1 << 18, 1<<18 + 1, 1 << 40} { // small and large integer parts
+		for _, lo := range []uint64{0, 1, unit - 1, unit, 1<<64 - 1, 1 << 63} {
+			check(Decimal{hi, lo})
+			check(Decimal{hi, lo}.Neg())
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 100000 {
 		d := Decimal{rng.Uint64() >> (1 + rng.IntN(64)), rng.Uint64()}
