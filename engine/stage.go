@@ -25,6 +25,7 @@ import (
 var (
 	keyOffset  = []byte("o")
 	keyBarrier = []byte("b")
+	keyPrefix  = []byte("p")
 )
 
 // liveStage runs one processor stage as a member of its consumer group,
@@ -62,6 +63,10 @@ type liveStage struct {
 	clMax    map[int32]int64 // highest changelog offset produced in the open txn
 	pending  []pendingEntry  // state entries produced in the open txn
 	out      processors.Output
+
+	slab     outSlab                  // records and bytes of what the stage produces
+	promise  func(*kgo.Record, error) // s.produced, made once (a closure per record was an allocation each)
+	candlesN prometheus.Counter       // candles produced, resolved on first use
 }
 
 type partState struct {
@@ -87,6 +92,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		clMax: map[int32]int64{}, live: e.live[spec.Name], owned: map[int32]bool{},
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
+	s.promise = s.produced
 	if !spec.Rollup && spec.Proc != nil {
 		s.idleTimeout = spec.Proc.IdleTimeout
 	}
@@ -500,14 +506,15 @@ func (s *liveStage) emit(ctx context.Context) error {
 		return err
 	}
 	emitEvents(ctx, s.e.m, s.spec, &s.out, s.produce)
-	tf := s.spec.Timeframe.String()
 	for i := range s.out.Candles {
-		c := &s.out.Candles[i]
-		s.produce(ctx, &kgo.Record{Topic: s.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)})
+		s.produce(ctx, s.slab.candle(s.spec.OutputTopic, &s.out.Candles[i]))
 	}
 	s.spec.quietRecords(&s.out, func(r *kgo.Record) { s.produce(ctx, r) })
 	if n := len(s.out.Candles); n > 0 {
-		s.e.m.candles.WithLabelValues(s.spec.Name, tf).Add(float64(n))
+		if s.candlesN == nil { // on first use: a stage that writes no candles has no series
+			s.candlesN = s.e.m.candles.WithLabelValues(s.spec.Name, s.spec.Timeframe.String())
+		}
+		s.candlesN.Add(float64(n))
 	}
 	for i := range s.out.Rejected {
 		r := &s.out.Rejected[i]
@@ -530,19 +537,22 @@ func (s *liveStage) begin() error {
 }
 
 func (s *liveStage) produce(ctx context.Context, r *kgo.Record) {
-	s.sess.Produce(ctx, r, func(r *kgo.Record, err error) {
-		s.prodMu.Lock()
-		defer s.prodMu.Unlock()
-		if err != nil {
-			if s.prodErr == nil {
-				s.prodErr = err
-			}
-			return
+	s.sess.Produce(ctx, r, s.promise)
+}
+
+// produced is the promise of every record the stage produces.
+func (s *liveStage) produced(r *kgo.Record, err error) {
+	s.prodMu.Lock()
+	defer s.prodMu.Unlock()
+	if err != nil {
+		if s.prodErr == nil {
+			s.prodErr = err
 		}
-		if cur, ok := s.clMax[r.Partition]; r.Topic == s.changelog && (!ok || r.Offset > cur) {
-			s.clMax[r.Partition] = r.Offset
-		}
-	})
+		return
+	}
+	if cur, ok := s.clMax[r.Partition]; r.Topic == s.changelog && (!ok || r.Offset > cur) {
+		s.clMax[r.Partition] = r.Offset
+	}
 }
 
 // publishActive hands changed open candles to the live publishers.
@@ -576,10 +586,15 @@ func (s *liveStage) commit(ctx context.Context) error {
 	for p, ps := range s.parts {
 		consumed = consumed || ps.consumed
 		ps.proc.Changes(func(k, v []byte) {
-			key := append([]byte{'p'}, k...)
-			val := cloneOrNil(v)
+			key := s.slab.bytes(keyPrefix, k)
+			var val []byte  // nil: a deletion (a tombstone)
+			if len(v) > 0 { // as cloneOrNil: an empty value is a deletion too
+				val = s.slab.bytes(nil, v)
+			}
 			s.pending = append(s.pending, pendingEntry{p, key[1:], val})
-			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: key, Value: val})
+			r := s.slab.record()
+			r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, key, val
+			s.produce(ctx, r)
 		})
 		if ps.consumed {
 			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: encodeProgress(ps)})
