@@ -51,7 +51,9 @@ type Handler interface {
 // PositionHandler is what a Handler may implement to learn how far behind
 // the tip of a shard it is: Position is called after every read of the
 // shard, also one that returned no records, before its records (if any) go
-// to Records. millisBehind 0 means the read reached the tip.
+// to Records. millisBehind 0 means the read reached the tip when it was
+// served. A read that is slow, failing or throttled calls nothing, so a
+// handler must not take an old "at the tip" for a current one.
 type PositionHandler interface {
 	Position(s Shard, millisBehind int64)
 }

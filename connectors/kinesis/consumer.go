@@ -20,6 +20,13 @@ import (
 type ConsumerConfig struct {
 	Stream     string // stream name (required)
 	LeaseTable string // DynamoDB lease table, created if missing (required)
+	// LeaseNamespace separates the leases of consumers that share a lease
+	// table but must each read every shard (kandle: one per stage reading
+	// the stream, like the KCL's application name). Leases are per
+	// (namespace, shard): consumers of one namespace split the shards among
+	// them. It must not contain '/'. Empty: the bare shard ids (one
+	// application per table).
+	LeaseNamespace string
 	// Owner names this instance in the lease table; it must be unique among
 	// live instances. Default: hostname-pid-random.
 	Owner string
@@ -53,6 +60,9 @@ func (c *ConsumerConfig) setDefaults() error {
 	}
 	if c.LeaseTable == "" {
 		return errors.New("kinesis: ConsumerConfig.LeaseTable is empty: name a DynamoDB table for leases")
+	}
+	if strings.Contains(c.LeaseNamespace, "/") {
+		return fmt.Errorf("kinesis: LeaseNamespace %q contains '/': use another name", c.LeaseNamespace)
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -155,7 +165,7 @@ func NewConsumer(kin KinesisAPI, ddb DynamoAPI, cfg ConsumerConfig, h Handler, o
 	}
 	return &Consumer{
 		cfg: cfg, kin: kin, fo: fo, h: h, log: o.log.With("stream", cfg.Stream, "owner", cfg.Owner), clock: o.clock, m: m,
-		table:   &leaseTable{db: ddb, name: cfg.LeaseTable, duration: cfg.LeaseDuration, clock: o.clock},
+		table:   &leaseTable{db: ddb, name: cfg.LeaseTable, duration: cfg.LeaseDuration, clock: o.clock, ns: cfg.LeaseNamespace},
 		held:    map[string]*worker{},
 		obs:     map[string]observation{},
 		syncNow: make(chan struct{}, 1),
