@@ -78,6 +78,9 @@ type shardState struct {
 	// a starved process) knows nothing of what was put since: it advances
 	// by the wall clock only while tipAt is less than idle_timeout old.
 	tipAt time.Time
+	// listed: whether the consumer's latest shard listing showed the shard
+	// open, and its age (nil: no listing, as in unit tests).
+	listed func() (bool, time.Duration)
 	failed error // an idle advance could not commit nor rebuild: the next Records call gives up the shard
 }
 
@@ -100,6 +103,12 @@ func (k *kinesisStage) run(ctx context.Context) error {
 	// reads every shard, its instances sharing them. With enhanced fan-out
 	// each stage of a stream read by several has its own stream consumer
 	// (one subscription per consumer and shard at a time).
+	// Idle advance needs a shard listing younger than idle_timeout (see
+	// tickShard): list at least twice per idle_timeout.
+	shardSync := kc.LeaseTTL
+	if idle := k.spec.Proc.IdleTimeout; idle > 0 && (shardSync <= 0 || shardSync > idle/2) {
+		shardSync = idle / 2
+	}
 	fanOut := kc.EnhancedFanOut
 	if fanOut != "" && k.e.g.kinesisStages(k.spec.Input) > 1 {
 		fanOut += "." + k.spec.Name
@@ -107,7 +116,7 @@ func (k *kinesisStage) run(ctx context.Context) error {
 	cons, err := kinesis.NewConsumer(kin, ddb, kinesis.ConsumerConfig{
 		Stream: kc.Stream, LeaseTable: kc.LeaseTable, LeaseNamespace: k.spec.Name,
 		Owner:         k.e.instance + "-" + strconv.FormatUint(rand.Uint64()%1e6, 10),
-		LeaseDuration: kc.LeaseTTL, PollInterval: kc.Poll, EnhancedFanOut: fanOut,
+		LeaseDuration: kc.LeaseTTL, ShardSyncInterval: shardSync, PollInterval: kc.Poll, EnhancedFanOut: fanOut,
 	}, k, kinesis.WithLogger(k.log))
 	if err != nil {
 		return fmt.Errorf("stage %s: kinesis consumer: %w", k.spec.Name, err)
@@ -168,11 +177,22 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 		sh.proc.ResetIdle()
 		return
 	}
-	if k.e.clock.Now().Sub(sh.tipAt) >= k.spec.Proc.IdleTimeout {
+	idle := k.spec.Proc.IdleTimeout
+	if k.e.clock.Now().Sub(sh.tipAt) >= idle {
 		// The last read at the tip is too old to vouch for the shard
 		// being idle since (an advance to now - idle_timeout could pass
 		// records put meanwhile and make them late): wait for a new one.
 		return
+	}
+	if sh.listed != nil {
+		// A shard closed by a split or merge is quiet because its keys
+		// moved to its children, not because its market is: advancing
+		// it would close windows whose trades the children hold (and
+		// hand them its wall-clock watermark). It idle-advances only
+		// while a listing less than idle_timeout old shows it open.
+		if open, age := sh.listed(); !open || age >= idle {
+			return
+		}
 	}
 	sh.out.Reset()
 	sh.proc.Tick(&sh.out)
@@ -230,7 +250,7 @@ func (k *kinesisStage) Position(s kinesis.Shard, millisBehind int64) {
 
 // Open restores the shard (or hands its parents' keys over) and says where to resume.
 func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
-	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true}
+	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true, listed: s.Listed}
 	cl, err := kgo.NewClient(k.e.kafkaOpts(k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
 		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))...)

@@ -72,4 +72,24 @@ func TestKinesisShardIdleOnlyAtTheTip(t *testing.T) {
 	if proc.ticks != 4 {
 		t.Fatalf("a shard read at its tip again did not tick")
 	}
+
+	// A shard closed by a split or merge is quiet because its keys went
+	// to its children: it never advances by the wall clock, and one not
+	// listed open recently enough waits for a listing.
+	open, age := true, time.Second
+	sh.listed = func() (bool, time.Duration) { return open, age }
+	k.tickShard(ctx, sh)
+	if proc.ticks != 5 {
+		t.Fatalf("a shard listed open 1s ago did not tick")
+	}
+	open = false
+	k.tickShard(ctx, sh)
+	if proc.ticks != 5 {
+		t.Fatalf("a shard listed closed (split) ticked: it would close windows whose trades its children hold")
+	}
+	open, age = true, 5*time.Second
+	k.tickShard(ctx, sh)
+	if proc.ticks != 5 {
+		t.Fatalf("a shard whose last listing is idle_timeout old ticked: it may have been split since")
+	}
 }

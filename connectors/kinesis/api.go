@@ -63,6 +63,11 @@ type Shard struct {
 	ID      string
 	Parents []string
 	Lease   *Lease
+	// Listed, when set (live consumers), reports whether the latest shard
+	// listing showed the shard open, and how old that listing is. A shard
+	// closed by a split or merge gets no more records: its keys go on in
+	// its children, which may be read before its end is seen.
+	Listed func() (open bool, age time.Duration)
 }
 
 // Record is one Kinesis record.

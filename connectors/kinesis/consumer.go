@@ -125,6 +125,7 @@ type Consumer struct {
 
 	closedMu sync.Mutex
 	closed   map[string]bool // shards the last listing showed closed (fan-out's SHARD_END check)
+	listedAt time.Time       // when the last listing began
 
 	abandon   bool // tests: exit like a crash (no release, no Lost)
 	maxEvents int  // tests: fan-out subscriptions end after this many events
@@ -290,6 +291,7 @@ func (c *Consumer) renewLoop(ctx context.Context) {
 // A parent is recorded only if the listing still has it (older ones have
 // been trimmed and count as finished).
 func (c *Consumer) syncShards(ctx context.Context) error {
+	began := c.clock.Now()
 	shards, err := listShards(ctx, c.kin, c.cfg.Stream)
 	if err != nil {
 		return err
@@ -311,7 +313,7 @@ func (c *Consumer) syncShards(ctx context.Context) error {
 		}
 	}
 	c.closedMu.Lock()
-	c.closed = closed
+	c.closed, c.listedAt = closed, began
 	c.closedMu.Unlock()
 	// children links every shard to its children, from the listing and
 	// from the leases (a child's lease outlives its parents').
@@ -389,6 +391,14 @@ func (c *Consumer) deleteFinishedLeases(ctx context.Context, children map[string
 		c.log.Info("kinesis: deleted the lease of a finished shard whose children have started", "shard", id, "children", children[id])
 	}
 	return nil
+}
+
+// listed reports whether the last shard listing showed shard open, and how
+// long ago that listing began.
+func (c *Consumer) listed(shard string) (bool, time.Duration) {
+	c.closedMu.Lock()
+	defer c.closedMu.Unlock()
+	return !c.closed[shard], c.clock.Now().Sub(c.listedAt)
 }
 
 // isClosed reports whether the last shard listing showed shard closed.
