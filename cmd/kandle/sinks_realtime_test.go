@@ -16,7 +16,7 @@ import (
 // The sink topology as shipped, fed in real time: trades stamped with the
 // wall clock as they are produced (disorder below the lateness), candles of
 // 1s rolled up to 5s and 15s (the processors keep the harness's names),
-// max_idle 3s so that each key's run of candles ends 3 s after the input
+// live hashes kept 10m (not twice the timeframe), max_idle 3s so that each key's run of candles ends 3 s after the input
 // and the candles settle. The lateness, idle_timeout and max_future are the
 // shipped ones, so the idle advance by the wall clock runs on every caught-up
 // quiet partition. Every sink then holds exactly the candles on the topics,
@@ -30,6 +30,9 @@ func TestSinksRealTime(t *testing.T) {
 			{"timeframe: 5m,", "timeframe: 5s,"},
 			{"timeframe: 1h,", "timeframe: 15s,"},
 			{"ttl_by_timeframe: {1m: 7d, 5m: 30d}", "ttl_by_timeframe: {1s: 7d, 5s: 30d}"},
+			// The live hashes expire after twice the timeframe by
+			// default: 2 s here, less than the checks take.
+			{"    coalesce: 20ms\n", "    coalesce: 20ms\n    active_ttl: 10m\n"},
 		} {
 			if !strings.Contains(top, r[0]) {
 				t.Fatalf("the sink topology lacks %q", r[0])
