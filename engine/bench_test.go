@@ -31,11 +31,12 @@ commit_interval: %s
 sources:
   trades: {topic: trades, partitions: 2}
 processors:
-  # Benchmark override: the trades are stamped in January 2026; with the
-  # shipped idle_timeout the caught-up stages would go on emitting wall-clock
-  # gap candles for 200 symbols after the measured input, load that is not
-  # the throughput measured here.
-  1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: c.1m, partitions: 2}}
+  # Benchmark override (idle_timeout only): the trades are stamped in
+  # January 2026; with the shipped idle_timeout the caught-up stages would
+  # go on emitting wall-clock gap candles for 200 symbols after the measured
+  # input, load that is not the throughput measured here. The shipped
+  # max_future stays on: its clock read per record is part of what users run.
+  1m: {kind: candles, from: trades, timeframe: 1m, idle_timeout: 0s, output: {topic: c.1m, partitions: 2}}
   5m: {kind: rollup, from: 1m, timeframe: 5m, output: {topic: c.5m, partitions: 2}}
   15m: {kind: rollup, from: 5m, timeframe: 15m, output: {topic: c.15m, partitions: 2}}
   1h: {kind: rollup, from: 15m, timeframe: 1h, output: {topic: c.1h, partitions: 2}}

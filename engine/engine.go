@@ -218,7 +218,9 @@ func (e *Engine) runs(name string) bool { return len(e.only) == 0 || e.only[name
 func (e *Engine) Brokers() []string { return e.brokers }
 
 // Run starts every stage and blocks until ctx ends or a stage fails; on the
-// way out each stage commits what it has and leaves its group.
+// way out each stage commits what it has and leaves its group. A cancel is
+// a graceful shutdown and returns nil, also before the stages started
+// (while waiting for the brokers or creating topics).
 func (e *Engine) Run(ctx context.Context) error {
 	if len(e.brokers) == 0 {
 		b, err := kafka.StartDevBroker(kafka.WithListen(e.devListen), kafka.WithLogger(e.log))
@@ -236,10 +238,17 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	e.store = store
 	defer store.Close()
+	// A cancel before the stages run is a shutdown like any other: quiet.
 	if err := e.waitForBrokers(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	if err := e.checkFingerprints(ctx); err != nil { // see fingerprint.go: never mix state of two definitions
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)

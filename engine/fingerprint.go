@@ -152,6 +152,11 @@ func (e *Engine) checkFingerprints(ctx context.Context) error {
 		if old, ok := stored[s.Name]; ok {
 			changes := cur.Changes(old)
 			if len(changes) == 0 {
+				// Compatible changes (rollups removed) are recorded, so
+				// that adding one back later is seen as new.
+				if len(cur.CompatibleChanges(old)) > 0 {
+					write = append(write, &kgo.Record{Topic: topic, Key: []byte(s.Name), Value: enc})
+				}
 				continue
 			}
 			has, err := e.hasState(ctx, cl, s.Name)

@@ -145,3 +145,45 @@ func TestResetProcessorTakesNewSettings(t *testing.T) {
 		t.Errorf("the reset processor's fingerprint was not replaced: %v", ch)
 	}
 }
+
+// The rollup timeframes built on a candles processor are part of its
+// fingerprint (it writes quiet marks for them): removing a rollup is
+// compatible and recorded, so adding it back later is refused like any new
+// timeframe whose quiet marks the processor never wrote.
+func TestRollupTimeframesInFingerprint(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	f.produce(2000, 1, t0, 30*time.Minute)
+	f.clock = clockAt(t0.Add(30 * time.Minute))
+	orig := f.top
+	r := f.start(dir, "a")
+	for deadline := time.Now().Add(90 * time.Second); len(f.live()["c.5m"]) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no 5m candle within 90s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r.stop(t)
+
+	// c1h removed: compatible, c1m's fingerprint is recorded again.
+	c1h := "\n  c1h: {kind: rollup, from: c5m, timeframe: 1h, output: {topic: c.1h, partitions: 1}}"
+	f.top = f.reparse(c1h, "")
+	if err := f.runFor(dir, 3*time.Second); err != nil {
+		t.Fatalf("start without the 1h rollup: %v (removing a rollup is compatible)", err)
+	}
+	stored, err := engine.StoredFingerprints(context.Background(), f.top, f.seeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, _ := f.top.Fingerprint("c1m")
+	if enc := stored["c1m"].Encode(); string(enc) != string(now.Encode()) {
+		t.Errorf("after removing a rollup c1m's recorded fingerprint is %s, want %s", enc, now.Encode())
+	}
+
+	// c1h back: c1m never wrote quiet marks at hour ends since: refused.
+	f.top = orig
+	err = f.runFor(dir, 60*time.Second)
+	if !errors.Is(err, engine.ErrIncompatibleState) || !strings.Contains(err.Error(), "processor c1m: quiet_marks 5m → 5m,1h since its state was written") {
+		t.Fatalf("start with the 1h rollup back: err = %v, want ErrIncompatibleState naming c1m's quiet_marks", err)
+	}
+}

@@ -112,6 +112,17 @@ func decoderConfig(src *topology.Source) processors.DecoderConfig {
 	}
 }
 
+// kinesisStages counts the candle stages reading source.
+func (g *graph) kinesisStages(source string) int {
+	n := 0
+	for _, s := range g.stages {
+		if !s.Rollup && s.Input == source {
+			n++
+		}
+	}
+	return n
+}
+
 // downstream returns the rollup stages that read stage name's output.
 func (g *graph) downstream(name string) []*stageSpec {
 	var out []*stageSpec

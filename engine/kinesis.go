@@ -73,6 +73,14 @@ type shardState struct {
 	// (MillisBehindLatest > 0), or there was no read yet since Open. A
 	// shard that is behind never advances by the wall clock.
 	behind bool
+	// tipAt: when (the engine's clock) the last read that reached the tip
+	// returned. A shard whose reads stall (a slow or throttled service,
+	// a starved process) knows nothing of what was put since: it advances
+	// by the wall clock only while tipAt is less than idle_timeout old.
+	tipAt time.Time
+	// listed: whether the consumer's latest shard listing showed the shard
+	// open, and its age (nil: no listing, as in unit tests).
+	listed func() (bool, time.Duration)
 	failed error // an idle advance could not commit nor rebuild: the next Records call gives up the shard
 }
 
@@ -91,9 +99,24 @@ func (k *kinesisStage) run(ctx context.Context) error {
 	}
 	k.kin = kin
 	k.ranges = newShardRanges(kin, kc.Stream)
+	// Leases are per (stage, shard): every candle stage reading the stream
+	// reads every shard, its instances sharing them. With enhanced fan-out
+	// each stage of a stream read by several has its own stream consumer
+	// (one subscription per consumer and shard at a time).
+	// Idle advance needs a shard listing younger than idle_timeout (see
+	// tickShard): list at least twice per idle_timeout.
+	shardSync := kc.LeaseTTL
+	if idle := k.spec.Proc.IdleTimeout; idle > 0 && (shardSync <= 0 || shardSync > idle/2) {
+		shardSync = idle / 2
+	}
+	fanOut := kc.EnhancedFanOut
+	if fanOut != "" && k.e.g.kinesisStages(k.spec.Input) > 1 {
+		fanOut += "." + k.spec.Name
+	}
 	cons, err := kinesis.NewConsumer(kin, ddb, kinesis.ConsumerConfig{
-		Stream: kc.Stream, LeaseTable: kc.LeaseTable, Owner: k.e.instance + "-" + strconv.FormatUint(rand.Uint64()%1e6, 10),
-		LeaseDuration: kc.LeaseTTL, PollInterval: kc.Poll, EnhancedFanOut: kc.EnhancedFanOut,
+		Stream: kc.Stream, LeaseTable: kc.LeaseTable, LeaseNamespace: k.spec.Name,
+		Owner:         k.e.instance + "-" + strconv.FormatUint(rand.Uint64()%1e6, 10),
+		LeaseDuration: kc.LeaseTTL, ShardSyncInterval: shardSync, PollInterval: kc.Poll, EnhancedFanOut: fanOut,
 	}, k, kinesis.WithLogger(k.log))
 	if err != nil {
 		return fmt.Errorf("stage %s: kinesis consumer: %w", k.spec.Name, err)
@@ -154,11 +177,29 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 		sh.proc.ResetIdle()
 		return
 	}
+	idle := k.spec.Proc.IdleTimeout
+	if k.e.clock.Now().Sub(sh.tipAt) >= idle {
+		// The last read at the tip is too old to vouch for the shard
+		// being idle since (an advance to now - idle_timeout could pass
+		// records put meanwhile and make them late): wait for a new one.
+		return
+	}
+	if sh.listed != nil {
+		// A shard closed by a split or merge is quiet because its keys
+		// moved to its children, not because its market is: advancing
+		// it would close windows whose trades the children hold (and
+		// hand them its wall-clock watermark). It idle-advances only
+		// while a listing less than idle_timeout old shows it open.
+		if open, age := sh.listed(); !open || age >= idle {
+			return
+		}
+	}
 	sh.out.Reset()
 	sh.proc.Tick(&sh.out)
 	if len(sh.out.Candles)+len(sh.out.Events)+len(sh.out.Quiet) == 0 {
 		return
 	}
+	k.log.Debug("idle advance", "shard", sh.id, "candles", len(sh.out.Candles))
 	cerr := k.commit(ctx, sh, sh.seq)
 	if cerr == nil || ctx.Err() != nil {
 		return
@@ -201,13 +242,15 @@ func (k *kinesisStage) Position(s kinesis.Shard, millisBehind int64) {
 	sh.behind = millisBehind > 0
 	if sh.behind {
 		sh.proc.ResetIdle()
+	} else {
+		sh.tipAt = k.e.clock.Now()
 	}
 	sh.mu.Unlock()
 }
 
 // Open restores the shard (or hands its parents' keys over) and says where to resume.
 func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
-	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true}
+	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true, listed: s.Listed}
 	cl, err := kgo.NewClient(k.e.kafkaOpts(k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
 		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))...)

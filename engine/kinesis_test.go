@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,20 +39,20 @@ sources:
     partitions: 2
     kinesis: {stream: ticks, endpoint: %s, dynamodb_endpoint: %s, lease_duration: 2s, poll_interval: 50ms%s}
 processors:
-  # Not yet the shipped defaults: the input is stamped in March 2026 and put
-  # in three batches seconds apart; a caught-up shard idle for idle_timeout
-  # between batches advances to the wall clock and the next batch is late.
-  # Needs input put in real time (or all before the first catch-up).
-  c1m: {kind: candles, from: ticks, timeframe: 1m, lateness: 2s, idle_timeout: 0s, max_future: 0s, output: {topic: k.1m, partitions: 2}}
-  c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: k.5m, partitions: 1}}
+  # The shipped lateness, idle_timeout and max_future: the input is stamped
+  # with the wall clock as it is put (kinesisProducer).
+  c1s: {kind: candles, from: ticks, timeframe: 1s, output: {topic: k.1s, partitions: 2}}
+  c5s: {kind: rollup, from: c1s, timeframe: 5s, output: {topic: k.5s, partitions: 1}}
 dead_letter: {topic: kin.dlq}
 `
 
-// Two instances share a 4-shard stream through DynamoDB leases; one (its own
+// Two instances share a 4-shard stream through DynamoDB leases while trades
+// stamped with the wall clock are put in real time; one instance (its own
 // process) is SIGKILLed mid-stream and its shards move; a shard is split
-// mid-stream. The candles equal one uninterrupted replay of the stream,
-// whether the instances poll the shards or read them with enhanced fan-out
-// (replay always polls).
+// mid-stream. With the shipped defaults (idle advance, future guard), the
+// candles of every window the input closes equal one uninterrupted replay of
+// the stream, whether the instances poll the shards or read them with
+// enhanced fan-out (replay always polls).
 func TestKinesisSharedKilledAndResharded(t *testing.T) {
 	t.Run("Polling", func(t *testing.T) { testKinesisSharedKilledAndResharded(t, "") })
 	t.Run("FanOut", func(t *testing.T) { testKinesisSharedKilledAndResharded(t, ", enhanced_fan_out: kandle-kin") })
@@ -83,43 +84,8 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := gen.DefaultConfig()
-	cfg.Symbols = []string{"BTC", "ETH", "SOL", "ADA", "DOT", "XRP", "BNB", "AVAX", "LINK", "ATOM"}
-	cfg.Count, cfg.Span, cfg.Start, cfg.Disorder = 9000, 90*time.Minute, t0, time.Second
-	cfg.DupRate, cfg.MalformedRate = 0.02, 0.01
-	g, err := gen.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sent, sentKeys [][]byte // every record and its partition key, in put order (per key, the order Kinesis keeps)
-	put := func(n int) {
-		t.Helper()
-		var batch []types.PutRecordsRequestEntry
-		flush := func() {
-			if len(batch) == 0 {
-				return
-			}
-			out, err := client.PutRecords(ctx, &awskinesis.PutRecordsInput{StreamName: aws.String("ticks"), Records: batch})
-			if err != nil || aws.ToInt32(out.FailedRecordCount) != 0 {
-				t.Fatalf("put records: %v (failed %d)", err, aws.ToInt32(out.FailedRecordCount))
-			}
-			batch = batch[:0]
-		}
-		for range n {
-			key, value, ok := g.Next()
-			if !ok {
-				break
-			}
-			batch = append(batch, types.PutRecordsRequestEntry{PartitionKey: aws.String(string(key)), Data: value})
-			sent, sentKeys = append(sent, value), append(sentKeys, key)
-			if len(batch) == 250 {
-				flush()
-			}
-		}
-		flush()
-	}
-
-	put(3000)
+	prod := startKinesisProducer(t, client, "ticks", 300, 0)
+	defer prod.stop()
 	a := startEngine(t, top, t.TempDir(), "a")
 	defer a.stop(t)
 	child := exec.Command(os.Args[0], "-test.run", "^$")
@@ -130,9 +96,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		t.Fatal(err)
 	}
 	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
-	time.Sleep(4 * time.Second) // both instances hold leases and work
-	put(3000)
-	time.Sleep(2 * time.Second)
+	time.Sleep(6 * time.Second) // the scenario's pace: both instances hold leases and work
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -162,22 +126,28 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	put(3000)
+	time.Sleep(8 * time.Second) // trades go on into the children, a takes b's shards
+	sent, sentKeys, lastTS := prod.stop()
+	t.Logf("put %d records in real time", len(sent))
 
 	var want map[string][]string
-	topics := []string{"k.1m", "k.5m"}
+	topics := []string{"k.1s", "k.5s"}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		want = kinesisReplay(t, top, b.Addrs())
 		got := map[string][]string{}
 		for _, topic := range topics {
 			for _, r := range testkit.ReadTopic(t, b.Addrs(), topic) {
-				got[topic] = append(got[topic], string(r.Value))
+				if !engine.IsQuietRecord(r) {
+					got[topic] = append(got[topic], string(r.Value))
+				}
 			}
 			sort.Strings(got[topic])
 		}
-		diff := diffTopics(topics, want, got)
-		if diff == "" && len(want["k.1m"]) > 0 {
+		// Caught up and idle, the live shards go on closing windows by the
+		// wall clock after the input ends; the replay cannot.
+		diff := diffTopics(topics, want, closedByInput(t, want, got))
+		if diff == "" && len(want["k.1s"]) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -185,8 +155,8 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		}
 		time.Sleep(time.Second)
 	}
-	if len(want["k.1m"]) < 10*80 {
-		t.Fatalf("only %d 1m candles", len(want["k.1m"]))
+	if len(want["k.1s"]) < 10*10 { // 14 s of trades, closed up to 2 s (lateness) before the last
+		t.Fatalf("only %d 1s candles", len(want["k.1s"]))
 	}
 	checkKinesisOffsets(t, top, b.Addrs(), *sh.ShardId)
 	// An oracle that shares no resharding code: every record in put order
@@ -197,7 +167,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		t.Fatal(err)
 	}
 	oracle := map[string][]string{}
-	cutoff := t0.Add(80 * time.Minute).UnixMilli()
+	cutoff := lastTS - 4000 // every shard's watermark is past it (lateness 2s, disorder 1s)
 	p.OnCandle = func(_, topic string, c *candle.Candle, _ int32) {
 		if c.CloseTime <= cutoff {
 			oracle[topic] = append(oracle[topic], string(c.AppendJSON(nil)))
@@ -217,8 +187,8 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		}
 		sort.Strings(oracle[topic])
 	}
-	if diff := diffTopics(topics, oracle, before); diff != "" || len(oracle["k.5m"]) < 10*15 {
-		t.Fatalf("Kinesis candles differ from a single-partition run of the same records (%d 5m candles):\n%s", len(oracle["k.5m"]), diff)
+	if diff := diffTopics(topics, oracle, before); diff != "" || len(oracle["k.5s"]) < 10*2 {
+		t.Fatalf("Kinesis candles differ from a single-partition run of the same records (%d 5s candles):\n%s", len(oracle["k.5s"]), diff)
 	}
 }
 
@@ -234,7 +204,7 @@ func checkKinesisOffsets(t *testing.T, top *topology.Topology, seeds []string, s
 	}
 	var leases []kkin.LeaseInfo
 	for _, g := range all {
-		if g.Name == "c1m" {
+		if g.Name == "c1s" {
 			leases = g.Shards
 		}
 	}
@@ -253,6 +223,84 @@ func checkKinesisOffsets(t *testing.T, top *topology.Topology, seeds []string, s
 	if len(leases) < 5 || len(leases) > 6 || children != 2 {
 		t.Fatalf("offsets: want 5 open leases (and maybe the finished %s), 2 of them its children; got %+v", split, leases)
 	}
+}
+
+// kinesisProducer puts generated trades (10 symbols, duplicates, malformed
+// records, disorder below the lateness) into a stream in real time: each
+// stamped with the wall clock (less its disorder) when it is due, keyed by
+// its symbol.
+type kinesisProducer struct {
+	done, stopped chan struct{}
+	mu            sync.Mutex
+	sent, keys    [][]byte // every record and its partition key, in put order
+	lastTS        int64    // the newest undisturbed event time put
+}
+
+// startKinesisProducer puts rate records a second into stream until stop
+// (or, with d > 0, for d).
+func startKinesisProducer(t *testing.T, client *awskinesis.Client, stream string, rate float64, d time.Duration) *kinesisProducer {
+	t.Helper()
+	start := time.Now().Truncate(time.Millisecond)
+	cfg := gen.DefaultConfig()
+	cfg.Symbols = []string{"BTC", "ETH", "SOL", "ADA", "DOT", "XRP", "BNB", "AVAX", "LINK", "ATOM"}
+	cfg.Count, cfg.Span, cfg.Start, cfg.Rate, cfg.Disorder = 0, 0, start, rate, time.Second
+	cfg.DupRate, cfg.MalformedRate = 0.02, 0.01
+	g, err := gen.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &kinesisProducer{done: make(chan struct{}), stopped: make(chan struct{})}
+	go func() {
+		defer close(p.stopped)
+		tick := time.NewTicker(25 * time.Millisecond)
+		defer tick.Stop()
+		n := 0
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-tick.C:
+			}
+			elapsed := time.Since(start)
+			if d > 0 && elapsed > d {
+				return
+			}
+			due := int(elapsed.Seconds() * rate)
+			var batch []types.PutRecordsRequestEntry
+			var vals, keys [][]byte
+			for ; n < due && len(batch) < 500; n++ {
+				key, value, _ := g.Next()
+				batch = append(batch, types.PutRecordsRequestEntry{PartitionKey: aws.String(string(key)), Data: value})
+				vals, keys = append(vals, value), append(keys, key)
+			}
+			if len(batch) == 0 {
+				continue
+			}
+			out, err := client.PutRecords(context.Background(), &awskinesis.PutRecordsInput{StreamName: aws.String(stream), Records: batch})
+			if err != nil || aws.ToInt32(out.FailedRecordCount) != 0 {
+				t.Errorf("put records: %v (failed %d)", err, aws.ToInt32(out.FailedRecordCount))
+				return
+			}
+			p.mu.Lock()
+			p.sent, p.keys = append(p.sent, vals...), append(p.keys, keys...)
+			p.lastTS = start.Add(time.Duration(float64(n-1) / rate * float64(time.Second))).UnixMilli()
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// stop ends the producer (once running) and returns what it put.
+func (p *kinesisProducer) stop() (sent, keys [][]byte, lastTS int64) {
+	select {
+	case <-p.done:
+	default:
+		close(p.done)
+	}
+	<-p.stopped
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sent, p.keys, p.lastTS
 }
 
 func kinesisReplay(t *testing.T, top *topology.Topology, seeds []string) map[string][]string {

@@ -58,7 +58,7 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 	var out []GroupOffsets
 	for _, s := range g.stages {
 		if src := t.Sources[s.Input]; !s.Rollup && src != nil && src.Kind == "kinesis" {
-			gofs, err := kinesisOffsets(ctx, src.Kinesis)
+			gofs, err := kinesisOffsets(ctx, src.Kinesis, s.Name)
 			if err != nil {
 				return nil, fmt.Errorf("stage %s: %w", s.Name, err)
 			}
@@ -99,14 +99,14 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 	return out, nil
 }
 
-// kinesisOffsets reads a Kinesis stage's lease table: who holds each shard
-// and its last checkpoint.
-func kinesisOffsets(ctx context.Context, kc topology.Kinesis) (GroupOffsets, error) {
+// kinesisOffsets reads a Kinesis stage's leases (its namespace of the lease
+// table): who holds each shard and its last checkpoint.
+func kinesisOffsets(ctx context.Context, kc topology.Kinesis, stage string) (GroupOffsets, error) {
 	_, ddb, err := kinesis.NewClients(ctx, kc.Region, kc.Endpoint, kc.DynamoDB)
 	if err != nil {
 		return GroupOffsets{}, err
 	}
-	leases, err := kinesis.ReadLeases(ctx, ddb, kc.LeaseTable)
+	leases, err := kinesis.ReadLeases(ctx, ddb, kc.LeaseTable, stage)
 	if err != nil {
 		return GroupOffsets{}, err
 	}

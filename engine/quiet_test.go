@@ -366,9 +366,7 @@ processors:
 dead_letter: {topic: kinquiet.dlq}
 `
 
-// kinesisDirect5m is a direct 5m processor for the replay oracle (a live
-// engine runs only one candle stage per Kinesis source: they would share
-// the source's leases).
+// kinesisDirect5m is a direct 5m processor for the replay oracle only.
 const kinesisDirect5m = `  d5m: {kind: candles, from: ticks, timeframe: 5m, max_idle: 3m, output: {topic: kd.5m, partitions: 2}}`
 
 // A Kinesis candle stage writes quiet records too: the live rollup of its

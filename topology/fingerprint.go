@@ -1,8 +1,11 @@
 package topology
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,6 +24,18 @@ import (
 // rollup it is its timeframe (and zone), its input topic and, under
 // "from.", the whole fingerprint of the processor it reads: a rollup's state
 // is only as valid as the candles it was built from.
+//
+// A candles processor's own fingerprint (not the "from." copy in its
+// rollups', and not a rollup's, which passes on the marks it gets) also lists, as quiet_marks, the distinct timeframes of every
+// rollup built from its candles, directly or through other rollups: when a
+// key's run of candles ends, the processor writes quiet marks at those
+// timeframes' boundaries so that the rollups close the key's last windows,
+// and its quiet keys wait for them. Adding a timeframe there is
+// incompatible: the keys that went quiet before were marked only for the
+// old timeframes, so a new rollup reading the processor's output from its
+// start would never close their last windows (a replay would). Removing
+// one is compatible (a mark that no rollup needs closes nothing early; see
+// CompatibleChanges), as is another rollup of a timeframe already listed.
 //
 // For a silence processor it is its input, key and time fields and the
 // names of its levels in order (their delays and actions may change).
@@ -92,28 +107,64 @@ func DecodeFingerprint(b []byte) (Fingerprint, error) {
 	return f, nil
 }
 
+// quietMarksField names the rollup timeframes a candles processor writes
+// quiet marks for.
+const quietMarksField = "quiet_marks"
+
 // Changes lists the settings that differ from old to f, in f's order and
 // then the settings only old has. None means the state of old is valid
-// under f.
+// under f. Compatible differences (CompatibleChanges) are not listed.
 func (f Fingerprint) Changes(old Fingerprint) []FieldChange {
+	incompatible, _ := f.changes(old)
+	return incompatible
+}
+
+// CompatibleChanges lists the settings that differ from old to f without
+// making old's state invalid: quiet_marks that lost timeframes (rollups
+// removed), or that old did not record (written by a kandle from before
+// quiet marks were part of the fingerprint). The fingerprint should then be
+// recorded again, so that a timeframe added back later counts as new.
+func (f Fingerprint) CompatibleChanges(old Fingerprint) []FieldChange {
+	_, compatible := f.changes(old)
+	return compatible
+}
+
+func (f Fingerprint) changes(old Fingerprint) (incompatible, compatible []FieldChange) {
 	was := map[string]string{}
 	for _, fl := range old.Fields {
 		was[fl.Name] = fl.Value
 	}
-	var out []FieldChange
 	seen := map[string]bool{}
 	for _, fl := range f.Fields {
 		seen[fl.Name] = true
-		if o, ok := was[fl.Name]; !ok || o != fl.Value {
-			out = append(out, FieldChange{Name: fl.Name, Old: o, New: fl.Value})
+		o, ok := was[fl.Name]
+		if ok && o == fl.Value {
+			continue
 		}
+		c := FieldChange{Name: fl.Name, Old: o, New: fl.Value}
+		if fl.Name == quietMarksField && (!ok || subset(fl.Value, o)) {
+			compatible = append(compatible, c)
+			continue
+		}
+		incompatible = append(incompatible, c)
 	}
 	for _, fl := range old.Fields {
 		if !seen[fl.Name] {
-			out = append(out, FieldChange{Name: fl.Name, Old: fl.Value})
+			incompatible = append(incompatible, FieldChange{Name: fl.Name, Old: fl.Value})
 		}
 	}
-	return out
+	return incompatible, compatible
+}
+
+// subset reports whether every item of the comma-separated list a is in b.
+func subset(a, b string) bool {
+	have := strings.Split(b, ",")
+	for _, x := range strings.Split(a, ",") {
+		if x != "" && !slices.Contains(have, x) {
+			return false
+		}
+	}
+	return true
 }
 
 // Fingerprint returns the fingerprint of processor name's state.
@@ -194,7 +245,53 @@ func (t *Topology) fingerprintFields(p *Processor, prefix string, depth int) ([]
 	add("max_idle", canonicalDuration(p.MaxIdle))
 	add("dedupe", strconv.FormatBool(p.Dedupe))
 	add("gap_fill", strconv.FormatBool(p.GapFill))
+	if prefix == "" { // a rollup's state does not depend on its siblings
+		add(quietMarksField, t.quietMarks(p))
+	}
 	return out, nil
+}
+
+// quietMarks lists, comma-separated and shortest first, the distinct
+// timeframes (with their zone, for days and longer) of the rollups built
+// from p's candles, directly or through other rollups.
+func (t *Topology) quietMarks(p *Processor) string {
+	type mark struct {
+		tf   candle.Timeframe
+		name string
+	}
+	var marks []mark
+	seen := map[string]bool{}
+	var walk func(from *Processor, depth int)
+	walk = func(from *Processor, depth int) {
+		if depth > len(t.Processors) {
+			return // a loop; validate reports it
+		}
+		for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
+			r := t.Processors[name]
+			if r.Kind != "rollup" || t.Processors[r.From] != from {
+				continue
+			}
+			tf := t.TimeframeOf(r)
+			n := canonicalTimeframe(tf)
+			if tf.Unit >= candle.Day && tf.Loc != nil && tf.Loc != time.UTC {
+				n += " " + tf.Loc.String()
+			}
+			if !seen[n] {
+				seen[n] = true
+				marks = append(marks, mark{tf, n})
+			}
+			walk(r, depth+1)
+		}
+	}
+	walk(p, 0)
+	slices.SortFunc(marks, func(a, b mark) int {
+		return cmp.Or(cmp.Compare(approxSeconds(a.tf), approxSeconds(b.tf)), strings.Compare(a.name, b.name))
+	})
+	names := make([]string, len(marks))
+	for i, m := range marks {
+		names[i] = m.name
+	}
+	return strings.Join(names, ",")
 }
 
 // inputName says which stream a source reads, for fingerprints.
@@ -227,6 +324,13 @@ func canonicalTimeframe(tf candle.Timeframe) string {
 		return strconv.Itoa(secs/60) + "m"
 	}
 	return strconv.Itoa(secs) + "s"
+}
+
+// approxSeconds orders timeframes by length (months as 31 days).
+func approxSeconds(tf candle.Timeframe) int64 {
+	unit := map[candle.Unit]int64{candle.Second: 1, candle.Minute: 60, candle.Hour: 3600, candle.Day: 86400,
+		candle.Week: 7 * 86400, candle.Month: 31 * 86400}[tf.Unit]
+	return unit * int64(tf.N)
 }
 
 func canonicalDuration(d time.Duration) string { return d.String() }

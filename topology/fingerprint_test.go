@@ -34,6 +34,9 @@ func changed(t *testing.T, old, cur *Topology) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	for name := range cur.Processors {
+		if old.Processors[name] == nil {
+			continue // new: no state to keep
+		}
 		of, err := old.Fingerprint(name)
 		if err != nil {
 			t.Fatal(err)
@@ -75,10 +78,19 @@ func TestFingerprintWhichSettingsMatter(t *testing.T) {
 			"c1m": {"fields.time"}, "c5m": {"from.fields.time"}, "c1d": {"from.from.fields.time"}}},
 		{"source topic", "{topic: trades}", "{topic: trades2}", map[string][]string{
 			"c1m": {"input"}, "c5m": {"from.input"}, "c1d": {"from.from.input"}}},
+		// The candles processor wrote quiet marks at 5m boundaries only:
+		// a 10m rollup would never close a quiet key's last window.
 		{"rollup timeframe", "timeframe: 5m}", "timeframe: 10m}", map[string][]string{
-			"c5m": {"timeframe"}, "c1d": {"from.timeframe"}}},
+			"c1m": {"quiet_marks"}, "c5m": {"timeframe"}, "c1d": {"from.timeframe"}}},
+		// Marks at UTC midnights do not end Seoul days.
 		{"zone of a day rollup", "timeframe: 1d}", "timeframe: 1d, zone: Asia/Seoul}", map[string][]string{
-			"c1d": {"zone"}}},
+			"c1m": {"quiet_marks"}, "c1d": {"zone"}}},
+		{"rollup added", "c1d: {kind: rollup, from: c5m, timeframe: 1d}", "c1d: {kind: rollup, from: c5m, timeframe: 1d}\n  c15m: {kind: rollup, from: c1m, timeframe: 15m}",
+			map[string][]string{"c1m": {"quiet_marks"}}},
+		{"rollup added at the end of the chain", "c1d: {kind: rollup, from: c5m, timeframe: 1d}", "c1d: {kind: rollup, from: c5m, timeframe: 1d}\n  c1w: {kind: rollup, from: c1d, timeframe: 1w}",
+			map[string][]string{"c1m": {"quiet_marks"}}},
+		{"another rollup of a timeframe already marked", "c1d: {kind: rollup, from: c5m, timeframe: 1d}", "c1d: {kind: rollup, from: c5m, timeframe: 1d}\n  c5b: {kind: rollup, from: c1m, timeframe: 5m}", nil},
+		{"rollup removed", "\n  c1d: {kind: rollup, from: c5m, timeframe: 1d}", "", nil},
 		{"zone of minute windows", "timeframe: 1m}", "timeframe: 1m, zone: Asia/Seoul}", nil},
 		{"upstream output topic", "timeframe: 1m}", "timeframe: 1m, output: {topic: other}}", map[string][]string{
 			"c5m": {"input"}, "c1d": {"from.input"}}},
@@ -151,6 +163,78 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 			}
 		}
 	}
+}
+
+// quiet_marks lists the rollup timeframes built from a candles processor,
+// directly or not, once each, shortest first; removing one, or a
+// fingerprint recorded before quiet marks were part of it, is a compatible
+// change to record again.
+func TestFingerprintQuietMarks(t *testing.T) {
+	top := parseFP(t, strings.Replace(fpBase, "c1d: {kind: rollup, from: c5m, timeframe: 1d}",
+		"c1d: {kind: rollup, from: c5m, timeframe: 1d, zone: Asia/Seoul}\n  c5b: {kind: rollup, from: c1m, timeframe: 300s}\n  c2h: {kind: rollup, from: c5b, timeframe: 120m}", 1))
+	fp, err := top.Fingerprint("c1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := func(fp Fingerprint, name string) (string, bool) {
+		for _, f := range fp.Fields {
+			if f.Name == name {
+				return f.Value, true
+			}
+		}
+		return "", false
+	}
+	if v, _ := value(fp, "quiet_marks"); v != "5m,2h,1d Asia/Seoul" {
+		t.Errorf("quiet_marks = %q, want \"5m,2h,1d Asia/Seoul\"", v)
+	}
+	// Rollups pass the marks they get on; their state does not depend on
+	// which rollups read them, nor on their siblings.
+	c5m, _ := top.Fingerprint("c5m")
+	for _, name := range []string{"quiet_marks", "from.quiet_marks"} {
+		if v, ok := value(c5m, name); ok {
+			t.Errorf("rollup c5m's fingerprint has %s %q", name, v)
+		}
+	}
+
+	// Removing a rollup, or a fingerprint without quiet_marks: compatible.
+	fewer, legacy := fp, Fingerprint{Processor: fp.Processor}
+	fewer.Fields = slices.Clone(fp.Fields)
+	for i, f := range fp.Fields {
+		if f.Name == "quiet_marks" {
+			fewer.Fields[i].Value = "5m,1d Asia/Seoul"
+		} else {
+			legacy.Fields = append(legacy.Fields, f)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		cur, old Fingerprint
+		compat   bool
+	}{
+		{"rollup removed", fewer, fp, true},
+		{"every rollup removed", withQuietMarks(fp, ""), fp, true},
+		{"recorded by an older kandle", fp, legacy, true},
+		{"rollup added", fp, fewer, false},
+		{"first rollup added", fp, withQuietMarks(fp, ""), false},
+	} {
+		inc, comp := tc.cur.Changes(tc.old), tc.cur.CompatibleChanges(tc.old)
+		if tc.compat && (len(inc) != 0 || len(comp) != 1 || comp[0].Name != "quiet_marks") {
+			t.Errorf("%s: incompatible %v, compatible %v; want one compatible quiet_marks change", tc.name, inc, comp)
+		}
+		if !tc.compat && (len(inc) != 1 || inc[0].Name != "quiet_marks" || len(comp) != 0) {
+			t.Errorf("%s: incompatible %v, compatible %v; want one incompatible quiet_marks change", tc.name, inc, comp)
+		}
+	}
+}
+
+func withQuietMarks(fp Fingerprint, v string) Fingerprint {
+	fp.Fields = slices.Clone(fp.Fields)
+	for i, f := range fp.Fields {
+		if f.Name == "quiet_marks" {
+			fp.Fields[i].Value = v
+		}
+	}
+	return fp
 }
 
 func TestFingerprintEncodeDecode(t *testing.T) {

@@ -103,11 +103,11 @@ type Kinesis struct {
 	Stream         string        `yaml:"stream" doc:"Stream name."`
 	Region         string        `yaml:"region" default:"us-east-1" doc:"AWS region."`
 	Endpoint       string        `yaml:"endpoint" doc:"Custom endpoint URL (emulators); empty uses AWS."`
-	LeaseTable     string        `yaml:"lease_table" doc:"DynamoDB table holding shard leases and checkpoints. Default: kandle-<name>-leases."`
+	LeaseTable     string        `yaml:"lease_table" doc:"DynamoDB table holding shard leases and checkpoints, one item per (processor, shard), so every candles processor reading the stream reads every shard. Default: kandle-<name>-leases."`
 	DynamoDB       string        `yaml:"dynamodb_endpoint" doc:"Custom DynamoDB endpoint for the lease table; empty uses AWS."`
 	LeaseTTL       time.Duration `yaml:"lease_duration" default:"10s" doc:"A lease not renewed for this long may be taken by another instance."`
 	Poll           time.Duration `yaml:"poll_interval" default:"200ms" doc:"Pause between GetRecords calls on a shard that returned nothing."`
-	EnhancedFanOut string        `yaml:"enhanced_fan_out" doc:"Stream consumer name for enhanced fan-out: registered if missing (shared by all instances) and read with SubscribeToShard, a dedicated 2 MB/s per shard at extra AWS cost. Empty: poll GetRecords."`
+	EnhancedFanOut string        `yaml:"enhanced_fan_out" doc:"Stream consumer name for enhanced fan-out: registered if missing (shared by all instances) and read with SubscribeToShard, a dedicated 2 MB/s per shard at extra AWS cost. With several candles processors on the stream each registers <name>.<processor>. Empty: poll GetRecords."`
 }
 
 // Processor turns trades into candles (kind candles) or candles of a lower

@@ -19,12 +19,13 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 		"Shows what starting NEW would do to the state and outputs of a running topology, per processor:\n"+
 			"  kept     its state was written under the same settings and carries on;\n"+
 			"  rebuild  a setting its state depends on changed (timeframe, zone, lateness, max_idle, dedupe,\n"+
-			"           gap_fill, fields, input, or anything up its rollup chain): `kandle run` refuses to start\n"+
+			"           gap_fill, fields, input, anything up its rollup chain, or, for a candles processor, a\n"+
+			"           rollup timeframe built from it that it never wrote quiet marks for): `kandle run` refuses to start\n"+
 			"           until it is renamed (fresh state, rebuilt from the earliest retained input) or reset;\n"+
 			"  new      no state yet: it starts empty and reads its input from the earliest retained record;\n"+
 			"  dropped  no longer in NEW: its state and consumer group stay unused until you delete them.\n"+
 			"OUTPUT says whether its candles change from then on. Compatible edits (idle_timeout, max_future,\n"+
-			"output topic, symbols, key_check, sinks) are listed but keep the state.\n\n"+
+			"output topic, symbols, key_check, sinks, a rollup removed) are listed but keep the state.\n\n"+
 			"With --against OLD it compares two topology files and needs no broker. Without it, it compares NEW\n"+
 			"with the fingerprints the running group recorded on the brokers (topic <name>.fingerprints).")
 	top := topologyFlag(fs)
@@ -102,8 +103,14 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 				r.state = "rebuild"
 				r.why = append(r.why, c.String())
 			}
+			for _, c := range fp.CompatibleChanges(was) {
+				r.why = append(r.why, c.String()+" (compatible)")
+			}
 			if r.state == "rebuild" {
 				r.output = p.Output.Topic + " (candles change)"
+				if onlyQuietMarks(fp.Changes(was)) {
+					r.output = p.Output.Topic + " (quiet marks change)"
+				}
 			}
 		}
 		if old != nil && old.Processors[name] != nil {
@@ -137,6 +144,18 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 			why: []string{"changelog " + cur.Name + "." + name + ".changelog and group " + cur.Group + "." + name + " are no longer used"}})
 	}
 	return rows, nil
+}
+
+// onlyQuietMarks reports whether the only incompatible change is the set of
+// rollup timeframes a candles processor writes quiet marks for: its candles
+// stay the same, but a new rollup needs marks it never wrote.
+func onlyQuietMarks(cs []topology.FieldChange) bool {
+	for _, c := range cs {
+		if c.Name != "quiet_marks" {
+			return false
+		}
+	}
+	return len(cs) > 0
 }
 
 // compatibleChanges lists the settings of processor name (and of its

@@ -65,7 +65,7 @@ func TestPlanAgainstBroker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(old, engine.WithBrokers(seeds), engine.WithStateDir(t.TempDir()), engine.WithOnly("1m", "5m", "1h", "1d", "15m", "30s"))
+	eng, err := engine.New(old, engine.WithBrokers(seeds), engine.WithStateDir(t.TempDir()), engine.WithOnly("1m", "5m", "1h", "1d", "15m", "30s", "r2m"))
 	if err != nil {
 		t.Fatal(err)
 	}

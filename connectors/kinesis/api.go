@@ -51,7 +51,9 @@ type Handler interface {
 // PositionHandler is what a Handler may implement to learn how far behind
 // the tip of a shard it is: Position is called after every read of the
 // shard, also one that returned no records, before its records (if any) go
-// to Records. millisBehind 0 means the read reached the tip.
+// to Records. millisBehind 0 means the read reached the tip when it was
+// served. A read that is slow, failing or throttled calls nothing, so a
+// handler must not take an old "at the tip" for a current one.
 type PositionHandler interface {
 	Position(s Shard, millisBehind int64)
 }
@@ -61,6 +63,11 @@ type Shard struct {
 	ID      string
 	Parents []string
 	Lease   *Lease
+	// Listed, when set (live consumers), reports whether the latest shard
+	// listing showed the shard open, and how old that listing is. A shard
+	// closed by a split or merge gets no more records: its keys go on in
+	// its children, which may be read before its end is seen.
+	Listed func() (open bool, age time.Duration)
 }
 
 // Record is one Kinesis record.

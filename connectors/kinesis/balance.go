@@ -119,7 +119,8 @@ func (c *Consumer) take(ctx context.Context, it leaseItem, steal bool) bool {
 		c.log.Info("kinesis: took lease", "shard", it.ShardID, "previous_owner", it.Owner)
 	}
 	c.obs[it.ShardID] = observation{counter: l.counter, owner: c.cfg.Owner, seen: c.clock.Now()}
-	c.start(ctx, Shard{ID: it.ShardID, Parents: it.Parents, Lease: l})
+	id := it.ShardID
+	c.start(ctx, Shard{ID: id, Parents: it.Parents, Lease: l, Listed: func() (bool, time.Duration) { return c.listed(id) }})
 	return true
 }
 

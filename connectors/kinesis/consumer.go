@@ -20,6 +20,13 @@ import (
 type ConsumerConfig struct {
 	Stream     string // stream name (required)
 	LeaseTable string // DynamoDB lease table, created if missing (required)
+	// LeaseNamespace separates the leases of consumers that share a lease
+	// table but must each read every shard (kandle: one per stage reading
+	// the stream, like the KCL's application name). Leases are per
+	// (namespace, shard): consumers of one namespace split the shards among
+	// them. It must not contain '/'. Empty: the bare shard ids (one
+	// application per table).
+	LeaseNamespace string
 	// Owner names this instance in the lease table; it must be unique among
 	// live instances. Default: hostname-pid-random.
 	Owner string
@@ -53,6 +60,9 @@ func (c *ConsumerConfig) setDefaults() error {
 	}
 	if c.LeaseTable == "" {
 		return errors.New("kinesis: ConsumerConfig.LeaseTable is empty: name a DynamoDB table for leases")
+	}
+	if strings.Contains(c.LeaseNamespace, "/") {
+		return fmt.Errorf("kinesis: LeaseNamespace %q contains '/': use another name", c.LeaseNamespace)
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
@@ -115,6 +125,7 @@ type Consumer struct {
 
 	closedMu sync.Mutex
 	closed   map[string]bool // shards the last listing showed closed (fan-out's SHARD_END check)
+	listedAt time.Time       // when the last listing began
 
 	abandon   bool // tests: exit like a crash (no release, no Lost)
 	maxEvents int  // tests: fan-out subscriptions end after this many events
@@ -155,7 +166,7 @@ func NewConsumer(kin KinesisAPI, ddb DynamoAPI, cfg ConsumerConfig, h Handler, o
 	}
 	return &Consumer{
 		cfg: cfg, kin: kin, fo: fo, h: h, log: o.log.With("stream", cfg.Stream, "owner", cfg.Owner), clock: o.clock, m: m,
-		table:   &leaseTable{db: ddb, name: cfg.LeaseTable, duration: cfg.LeaseDuration, clock: o.clock},
+		table:   &leaseTable{db: ddb, name: cfg.LeaseTable, duration: cfg.LeaseDuration, clock: o.clock, ns: cfg.LeaseNamespace},
 		held:    map[string]*worker{},
 		obs:     map[string]observation{},
 		syncNow: make(chan struct{}, 1),
@@ -280,6 +291,7 @@ func (c *Consumer) renewLoop(ctx context.Context) {
 // A parent is recorded only if the listing still has it (older ones have
 // been trimmed and count as finished).
 func (c *Consumer) syncShards(ctx context.Context) error {
+	began := c.clock.Now()
 	shards, err := listShards(ctx, c.kin, c.cfg.Stream)
 	if err != nil {
 		return err
@@ -301,7 +313,7 @@ func (c *Consumer) syncShards(ctx context.Context) error {
 		}
 	}
 	c.closedMu.Lock()
-	c.closed = closed
+	c.closed, c.listedAt = closed, began
 	c.closedMu.Unlock()
 	// children links every shard to its children, from the listing and
 	// from the leases (a child's lease outlives its parents').
@@ -379,6 +391,14 @@ func (c *Consumer) deleteFinishedLeases(ctx context.Context, children map[string
 		c.log.Info("kinesis: deleted the lease of a finished shard whose children have started", "shard", id, "children", children[id])
 	}
 	return nil
+}
+
+// listed reports whether the last shard listing showed shard open, and how
+// long ago that listing began.
+func (c *Consumer) listed(shard string) (bool, time.Duration) {
+	c.closedMu.Lock()
+	defer c.closedMu.Unlock()
+	return !c.closed[shard], c.clock.Now().Sub(c.listedAt)
 }
 
 // isClosed reports whether the last shard listing showed shard closed.

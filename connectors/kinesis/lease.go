@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,7 +135,7 @@ func (l *Lease) write(ctx context.Context, update string, vals map[string]types.
 		vals[":c"] = num(l.counter)
 		_, err := l.t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &l.t.name,
-			Key:                       shardKey(l.shardID),
+			Key:                       l.t.key(l.shardID),
 			UpdateExpression:          aws.String(update),
 			ConditionExpression:       aws.String("#own = :o AND #cnt = :c"),
 			ExpressionAttributeNames:  names,
@@ -173,6 +174,41 @@ type leaseTable struct {
 	name     string
 	duration time.Duration
 	clock    Clock
+	// ns, when set, is the namespace of this consumer's leases: their
+	// items are keyed ns/<shard id>, so consumers of other namespaces
+	// sharing the table each hold every shard. Empty: items are keyed by
+	// the bare shard id (shard ids never contain '/').
+	ns string
+}
+
+// itemKey is the table key of shard id's lease.
+func (t *leaseTable) itemKey(id string) string {
+	if t.ns == "" {
+		return id
+	}
+	return t.ns + "/" + id
+}
+
+// key is the DynamoDB key of shard id's lease.
+func (t *leaseTable) key(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrShard: &types.AttributeValueMemberS{Value: t.itemKey(id)}}
+}
+
+// shardOf returns the shard id of a table key, and whether the item is one
+// of this namespace's leases.
+func (t *leaseTable) shardOf(key string) (string, bool) {
+	if t.ns == "" {
+		return key, !strings.Contains(key, "/")
+	}
+	return strings.CutPrefix(key, t.ns+"/")
+}
+
+// decode reads one item of this namespace (ok false: another namespace's).
+func (t *leaseTable) decode(m map[string]types.AttributeValue) (leaseItem, bool) {
+	it := decodeLease(m)
+	id, ok := t.shardOf(it.ShardID)
+	it.ShardID = id
+	return it, ok
 }
 
 // callCtx bounds one DynamoDB call by the lease duration but does not let a
@@ -233,8 +269,10 @@ func (t *leaseTable) scan(ctx context.Context) ([]leaseItem, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kinesis: scan lease table %s: %w", t.name, err)
 		}
-		for _, it := range out.Items {
-			items = append(items, decodeLease(it))
+		for _, m := range out.Items {
+			if it, ok := t.decode(m); ok {
+				items = append(items, it)
+			}
 		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return items, nil
@@ -247,17 +285,18 @@ func (t *leaseTable) scan(ctx context.Context) ([]leaseItem, error) {
 func (t *leaseTable) get(ctx context.Context, shardID string) (leaseItem, error) {
 	ctx, cancel := t.callCtx(ctx)
 	defer cancel()
-	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: shardKey(shardID), ConsistentRead: aws.Bool(true)})
+	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.key(shardID), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return leaseItem{}, fmt.Errorf("kinesis: read lease for shard %s: %w", shardID, err)
 	}
-	return decodeLease(out.Item), nil
+	it, _ := t.decode(out.Item)
+	return it, nil
 }
 
 // create adds a lease for a new shard unless one exists.
 func (t *leaseTable) create(ctx context.Context, shardID string, parents []string, checkpoint string) error {
 	item := map[string]types.AttributeValue{
-		attrShard:      &types.AttributeValueMemberS{Value: shardID},
+		attrShard:      &types.AttributeValueMemberS{Value: t.itemKey(shardID)},
 		attrCounter:    num(0),
 		attrCheckpoint: &types.AttributeValueMemberS{Value: checkpoint},
 	}
@@ -285,7 +324,7 @@ func (t *leaseTable) deleteFinished(ctx context.Context, shardID string) error {
 	defer cancel()
 	_, err := t.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 &t.name,
-		Key:                       shardKey(shardID),
+		Key:                       t.key(shardID),
 		ConditionExpression:       aws.String("#cp = :end"),
 		ExpressionAttributeNames:  map[string]string{"#cp": attrCheckpoint},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":end": &types.AttributeValueMemberS{Value: ShardEnd}},
@@ -304,7 +343,7 @@ func (t *leaseTable) take(ctx context.Context, it leaseItem, owner string) (*Lea
 	defer cancel()
 	out, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           &t.name,
-		Key:                 shardKey(it.ShardID),
+		Key:                 t.key(it.ShardID),
 		UpdateExpression:    aws.String("SET #own = :o, #ren = :now ADD #cnt :one"),
 		ConditionExpression: aws.String("#cnt = :c"),
 		ExpressionAttributeNames: map[string]string{
@@ -323,7 +362,7 @@ func (t *leaseTable) take(ctx context.Context, it leaseItem, owner string) (*Lea
 		}
 		return nil, fmt.Errorf("kinesis: take lease for shard %s: %w", it.ShardID, err)
 	}
-	now := decodeLease(out.Attributes)
+	now, _ := t.decode(out.Attributes)
 	return &Lease{t: t, shardID: it.ShardID, owner: owner, counter: now.Counter,
 		renewed: t.clock.Now(), checkpoint: now.Checkpoint}, nil
 }
@@ -346,10 +385,6 @@ func decodeLease(m map[string]types.AttributeValue) leaseItem {
 		it.Parents = v.Value
 	}
 	return it
-}
-
-func shardKey(id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrShard: &types.AttributeValueMemberS{Value: id}}
 }
 
 func num(n int64) types.AttributeValue {

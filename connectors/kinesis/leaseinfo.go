@@ -15,12 +15,13 @@ type LeaseInfo struct {
 	Checkpoint string // a sequence number, TrimHorizon, Latest or ShardEnd
 }
 
-// ReadLeases returns every lease of table, sorted by shard id, without
+// ReadLeases returns every lease of table in namespace (see
+// ConsumerConfig.LeaseNamespace), sorted by shard id, without
 // taking or changing any (for `kandle offsets`). The checkpoints are the
 // hints the live consumer writes after each commit; the engine's changelog
 // holds the authoritative positions.
-func ReadLeases(ctx context.Context, ddb DynamoAPI, table string) ([]LeaseInfo, error) {
-	items, err := (&leaseTable{db: ddb, name: table, duration: defaultLeaseDuration}).scan(ctx)
+func ReadLeases(ctx context.Context, ddb DynamoAPI, table, namespace string) ([]LeaseInfo, error) {
+	items, err := (&leaseTable{db: ddb, name: table, duration: defaultLeaseDuration, ns: namespace}).scan(ctx)
 	if err != nil {
 		return nil, err
 	}
