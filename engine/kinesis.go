@@ -459,9 +459,9 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 	}
 	prefix := shardPrefix(id)
 	if from <= barrier {
-		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) {
+		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) error {
 			if !strings.HasPrefix(string(r.Key), string(prefix)) {
-				return
+				return nil
 			}
 			found = true
 			rest := r.Key[len(prefix):]
@@ -479,6 +479,7 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 					batch.Set(ns, 0, []byte(progressKey), r.Value)
 				}
 			}
+			return nil
 		})
 		if err != nil {
 			return nil, pr, false, err
