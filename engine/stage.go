@@ -86,6 +86,7 @@ type partState struct {
 	snap      snapRef
 	sinceSnap int64
 	liveKeys  int
+	settled   bool // a transaction committed since the restore
 }
 
 type pendingEntry struct {
@@ -651,8 +652,10 @@ func (s *liveStage) commit(ctx context.Context) error {
 		changed := s.pending[first:]
 		changes[p] = len(changed)
 		// Only a partition whose offset this transaction commits can record
-		// a snapshot (its position rides on that commit).
-		snap := ps.consumed && snapshotDue(ps, len(changed))
+		// a snapshot (its position rides on that commit), and never in the
+		// first commit after its restore: that one carries the takeover's
+		// first output, which a copy of the whole state would delay.
+		snap := ps.consumed && ps.settled && snapshotDue(ps, len(changed))
 		if snap {
 			// The snapshot goes first: the changes of this transaction follow it.
 			if err := s.snapshot(ctx, p, changed); err != nil {
@@ -723,7 +726,7 @@ func (s *liveStage) commit(ctx context.Context) error {
 		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)
 	}
 	for p, ps := range s.parts {
-		ps.consumed = false
+		ps.consumed, ps.settled = false, true
 		ps.sinceSnap += int64(changes[p])
 		if sn, ok := snaps[p]; ok {
 			s.e.m.snapshots.WithLabelValues(s.spec.Name).Inc()
