@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,6 +120,14 @@ func testSnapshotTakeover(t *testing.T, abortFirst bool) {
 		}
 	}
 
+	// The state the changelog holds read from the snapshot is the state read
+	// from its start: no entry missing, no deleted entry back.
+	if from, all := stateOf(t, r, changelog, snap), stateOf(t, r, changelog, 0); !maps.EqualFunc(from, all, bytes.Equal) {
+		t.Fatalf("the changelog read from the snapshot at %d holds %d entries, read from its start %d (or other values)", snap, len(from), len(all))
+	} else if len(all) == 0 {
+		t.Fatal("the changelog holds no state")
+	}
+
 	// A new owner on an empty disk.
 	regB := prometheus.NewRegistry()
 	r.start("b", t.TempDir(), regB)
@@ -230,4 +239,22 @@ func replayOf(t *testing.T, r *kfakeRig) map[string][]string {
 		sort.Strings(out[k])
 	}
 	return out
+}
+
+// stateOf applies the committed state entries of a changelog from offset
+// from on, in order, as a restore does: the live entries at its end.
+func stateOf(t *testing.T, r *kfakeRig, changelog string, from int64) map[string][]byte {
+	t.Helper()
+	st := map[string][]byte{}
+	for _, rec := range testkit.ReadTopic(t, r.seeds, changelog) {
+		if rec.Offset < from || rec.Attrs.IsControl() || len(rec.Key) < 2 || rec.Key[0] != 'p' {
+			continue
+		}
+		if rec.Value == nil {
+			delete(st, string(rec.Key))
+		} else {
+			st[string(rec.Key)] = rec.Value
+		}
+	}
+	return st
 }
