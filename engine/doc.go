@@ -71,8 +71,8 @@
 // the state that was committed with the group's offsets. A new owner with an
 // empty disk reads the changelog from the partition's last committed
 // snapshot (below), so recovery time is bounded by the live state, not by
-// history, even where the changelog is never compacted. Pebble can never be ahead of
-// Kafka because it is written after the commit; when Pebble's recorded
+// history, even where the changelog is never compacted. Pebble can never be
+// ahead of Kafka because it is written after the commit; when Pebble's recorded
 // changelog offset is below the changelog's start or past its end (a
 // compacted, truncated or recreated changelog), the partition's local state
 // is dropped and rebuilt from the changelog alone. Kafka partitions and
@@ -87,12 +87,13 @@
 // snapshots its state into its own changelog (snapshot.go). When the
 // changelog records it wrote since its last snapshot exceed twice its live
 // state entries (at least 1000), its next transaction that consumes input
-// writes, on the changelog partition and in this order, a marker record
-// (key "s", value a token unique to the snapshot), every committed state
-// entry that the transaction does not change (read from Pebble, which holds
-// the state of the last commit), the transaction's changes, and the
-// progress record "o". Entries deleted before the snapshot are simply not
-// in it, so a deleted key cannot come back.
+// (but not the first commit after a restore, which carries a takeover's
+// first output) writes, on the changelog partition and in this order, a
+// marker record (key "s", value a token unique to the snapshot), every
+// committed state entry that the transaction does not change (read from
+// Pebble, which holds the state of the last commit), the transaction's
+// changes, and the progress record "o". Entries deleted before the snapshot
+// are simply not in it, so a deleted key cannot come back.
 //
 // Where the snapshot starts (the marker's offset, which the producer knows
 // before EndTxn, and its token) goes into the metadata string of the input
@@ -107,9 +108,11 @@
 // Any committed snapshot is a valid start, since it holds the whole state
 // its transaction committed; so a stale read of the position (an older
 // snapshot) costs time, never correctness. The first record read must be
-// the marker with the token; if it is not (the changelog was recreated, or
-// compaction removed the marker because a later snapshot wrote another),
-// the restore reads the changelog from its start instead. Compaction
+// the marker with the token; if it is not (the changelog was recreated,
+// compaction removed the marker because a later snapshot wrote another, or
+// the position came from an offset commit whose transaction then aborted,
+// so its marker is invisible), the restore reads the changelog from its
+// start instead. Compaction
 // otherwise only removes versions that a later record of the same key
 // replaces, which the read from the snapshot sees too. The cost: at most
 // one snapshot record per two change records (write amplification ≤ 1.5),
