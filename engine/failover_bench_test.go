@@ -179,7 +179,11 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 		cfg.Symbols[i] = fmt.Sprintf("K%06d", i)
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cfg.Count, cfg.Span, cfg.Start = n, 2*time.Minute, start
+	// One trade per key and minute on average, whatever n: the state (each
+	// key's open window with the ids dedupe keeps for it) is the same for
+	// every history; only the history's length grows with n.
+	span := max(2*time.Minute, time.Duration(n/keys)*time.Minute)
+	cfg.Count, cfg.Span, cfg.Start = n, span, start
 	g, err := gen.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -210,10 +214,8 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	}
 
 	// A read-committed consumer from the output's current end, and one trade
-	// two minutes past the history, which closes its key's open window. (The
-	// history spans two minutes, so that the state is the keys' open windows
-	// and nothing else, whatever its length; gap fill, on by default, adds a
-	// candle or two per key, not one per minute of a long span.)
+	// two minutes past the history, which closes every key's open window (and
+	// with gap fill, on by default, a gap candle or two per key).
 	ends, err := adm.ListEndOffsets(ctx, "fo.1m")
 	if err != nil {
 		b.Fatal(err)
@@ -226,7 +228,7 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 		b.Fatal(err)
 	}
 	defer out.Close()
-	ts := start.Add(4 * time.Minute).UnixMilli()
+	ts := start.Add(span + 2*time.Minute).UnixMilli()
 	v := fmt.Appendf(nil, `{"symbol":"K000000","ts":%d,"price":"100","qty":"1","trade_id":%d}`, ts, 1<<40)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "trades", Key: []byte("K000000"), Value: v}).FirstErr(); err != nil {
 		b.Fatal(err)
