@@ -145,6 +145,7 @@ func TestParseJSONShapes(t *testing.T) {
 }
 
 func BenchmarkParseJSON(b *testing.B) {
+	b.ReportAllocs()
 	c := Candle{Symbol: "BTC-USD", Timeframe: "1m", OpenTime: 1767225600000, CloseTime: 1767225660000,
 		Open: decimal.MustParse("65000.1"), High: decimal.MustParse("65010"), Low: decimal.MustParse("64990.5"),
 		Close: decimal.MustParse("65001"), Volume: decimal.MustParseSum("12.3456"), QuoteVolume: decimal.MustParseSum("802468.123456"), Trades: 321}

@@ -48,47 +48,89 @@ func appendDec(b []byte, prefix string, d decimal.Decimal) []byte {
 // scanned by hand; anything unusual (escapes, unknown keys, other spacing)
 // falls back to encoding/json.
 func ParseJSON(b []byte) (Candle, error) {
-	c, ok := parseFast(b)
-	if !ok {
-		c = Candle{}
-		if err := json.Unmarshal(b, &c); err != nil {
-			return Candle{}, err
-		}
+	var c Candle
+	sym, tf, err := ParseJSONRaw(b, &c)
+	if err != nil {
+		return Candle{}, err
 	}
-	if c.Symbol == "" || c.Timeframe == "" || c.CloseTime <= c.OpenTime {
-		return Candle{}, errors.New("candle: missing symbol, timeframe or window")
-	}
-	for _, s := range [...]string{c.Symbol, c.Timeframe} {
-		if p := KeyProblem([]byte(s)); p != "" {
-			return Candle{}, fmt.Errorf("candle: %q %s: kandle writes only printable UTF-8 names", s, p)
-		}
-	}
+	c.Symbol, c.Timeframe = string(sym), string(tf)
 	return c, nil
 }
 
-// parseFast reads a flat JSON object of the candle fields without escapes.
-func parseFast(b []byte) (Candle, bool) {
-	var c Candle
+// ParseJSONRaw is ParseJSON without building the two strings: it fills c
+// except Symbol and Timeframe (left empty) and returns those as bytes,
+// which on the common shape point into b (nothing is allocated). A caller
+// that looks keys up by them (a rollup stage, once per sub-candle) builds a
+// string only for a key it has not seen. It accepts and rejects exactly
+// what ParseJSON does.
+func ParseJSONRaw(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
+	symbol, timeframe, ok := parseFast(b, c)
+	if !ok {
+		if symbol, timeframe, err = parseGeneral(b, c); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := checkParsed(symbol, timeframe, c); err != nil {
+		return nil, nil, err
+	}
+	return symbol, timeframe, nil
+}
+
+// parseGeneral reads any JSON form of a candle with encoding/json (the
+// fallback of parseFast).
+func parseGeneral(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
+	var slow Candle // only the fallback pays for its escape to the heap
+	if err := json.Unmarshal(b, &slow); err != nil {
+		*c = Candle{}
+		return nil, nil, err
+	}
+	symbol, timeframe = []byte(slow.Symbol), []byte(slow.Timeframe)
+	slow.Symbol, slow.Timeframe = "", ""
+	*c = slow
+	return symbol, timeframe, nil
+}
+
+// checkParsed is what every decoded candle must satisfy; it clears c when
+// it does not.
+func checkParsed(symbol, timeframe []byte, c *Candle) error {
+	if len(symbol) == 0 || len(timeframe) == 0 || c.CloseTime <= c.OpenTime {
+		*c = Candle{}
+		return errors.New("candle: missing symbol, timeframe or window")
+	}
+	for _, s := range [...][]byte{symbol, timeframe} {
+		if p := KeyProblem(s); p != "" {
+			*c = Candle{}
+			return fmt.Errorf("candle: %q %s: kandle writes only printable UTF-8 names", s, p)
+		}
+	}
+	return nil
+}
+
+// parseFast reads a flat JSON object of the candle fields without escapes
+// into c (but for Symbol and Timeframe, returned as slices of b). ok is
+// false for any other shape; c is then partly written.
+func parseFast(b []byte, c *Candle) (symbol, timeframe []byte, ok bool) {
+	*c = Candle{}
 	i := 0
 	if len(b) < 2 || b[0] != '{' {
-		return c, false
+		return nil, nil, false
 	}
 	i++
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return c, false
+			return nil, nil, false
 		}
 		j := i + 1
 		for j < len(b) && b[j] != '"' {
 			j++
 		}
 		if j+1 >= len(b) || b[j+1] != ':' {
-			return c, false
+			return nil, nil, false
 		}
 		key := b[i+1 : j]
 		i = j + 2
 		if i >= len(b) {
-			return c, false
+			return nil, nil, false
 		}
 		var val []byte
 		quoted := b[i] == '"'
@@ -96,12 +138,12 @@ func parseFast(b []byte) (Candle, bool) {
 			j = i + 1
 			for j < len(b) && b[j] != '"' {
 				if b[j] == '\\' {
-					return c, false
+					return nil, nil, false
 				}
 				j++
 			}
 			if j >= len(b) {
-				return c, false
+				return nil, nil, false
 			}
 			val, i = b[i+1:j], j+1
 		} else {
@@ -115,10 +157,10 @@ func parseFast(b []byte) (Candle, bool) {
 		ok := true // false: a shape the fast path does not take
 		switch string(key) {
 		case "symbol":
-			c.Symbol = string(val)
+			symbol = val
 			ok = quoted
 		case "timeframe":
-			c.Timeframe = string(val)
+			timeframe = val
 			ok = quoted
 		case "open_time":
 			c.OpenTime, err = strconv.ParseInt(string(val), 10, 64)
@@ -143,26 +185,27 @@ func parseFast(b []byte) (Candle, bool) {
 			case "true":
 				c.Gap = true
 			case "false":
+				c.Gap = false
 			default:
-				return c, false
+				return nil, nil, false
 			}
 		case "final":
 		default:
-			return c, false
+			return nil, nil, false
 		}
 		if err != nil || !ok || (quoted && (string(key) == "open_time" || string(key) == "close_time" || string(key) == "trades")) {
-			return c, false
+			return nil, nil, false
 		}
 		if i >= len(b) {
-			return c, false
+			return nil, nil, false
 		}
 		switch b[i] {
 		case ',':
 			i++
 		case '}':
-			return c, i == len(b)-1
+			return symbol, timeframe, i == len(b)-1
 		default:
-			return c, false
+			return nil, nil, false
 		}
 	}
 }

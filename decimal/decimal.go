@@ -368,18 +368,45 @@ func (d Decimal) Append(dst []byte) []byte {
 	if frac == 0 {
 		return dst
 	}
-	var buf [Scale]byte
-	for i := Scale - 1; i >= 0; i-- {
-		buf[i] = byte('0' + frac%10)
-		frac /= 10
+	// Drop the fraction's trailing zeros (at most 17) in five steps, then
+	// write the rest, zero-padded to its width, two digits at a time:
+	// candle prices have few places, so this is a few steps, not 18.
+	width := Scale
+	for _, z := range [...]struct {
+		n int
+		p uint64
+	}{{16, 1e16}, {8, 1e8}, {4, 1e4}, {2, 1e2}, {1, 10}} {
+		if frac%z.p == 0 {
+			frac /= z.p
+			width -= z.n
+		}
 	}
-	end := Scale
-	for buf[end-1] == '0' {
-		end--
+	var buf [Scale]byte
+	i := width
+	for ; i >= 2; i -= 2 {
+		q := frac / 100
+		r := (frac - q*100) * 2
+		buf[i-2], buf[i-1] = digitPairs[r], digitPairs[r+1]
+		frac = q
+	}
+	if i == 1 {
+		buf[0] = byte('0' + frac)
 	}
 	dst = append(dst, '.')
-	return append(dst, buf[:end]...)
+	return append(dst, buf[:width]...)
 }
+
+// digitPairs holds "00" to "99": two digits per division by 100.
+const digitPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
 
 // appendSlow formats a magnitude whose integer part exceeds 64 bits.
 func (m Decimal) appendSlow(dst []byte) []byte {

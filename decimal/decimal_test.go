@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/big"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -158,5 +159,53 @@ func BenchmarkAppend(b *testing.B) {
 	buf := make([]byte, 0, 64)
 	for b.Loop() {
 		buf = d.Append(buf[:0])
+	}
+}
+
+// Append writes every fraction exactly as the digit-by-digit formatter
+// (appendSlow) does: every number of places from 1 to 18, every count of
+// trailing zeros, signs, and random values.
+func TestAppendFractionDigits(t *testing.T) {
+	check := func(d Decimal) {
+		t.Helper()
+		want := []byte{}
+		if d.Sign() < 0 {
+			want = append(want, '-')
+		}
+		want = d.abs().appendSlow(want)
+		if got := d.Append(nil); string(got) != string(want) {
+			t.Fatalf("Append(%#x:%#x) = %s, want %s", d.hi, d.lo, got, want)
+		}
+	}
+	for places := 1; places <= Scale; places++ {
+		for _, digits := range []string{"1", "9", "12", "105", "123456789", "100000000000000001", "999999999999999999"} {
+			if len(digits) > places {
+				continue
+			}
+			for _, ip := range []string{"0", "7", "65432", "18446744073"} {
+				s := ip + "." + strings.Repeat("0", places-len(digits)) + digits
+				d := MustParse(s)
+				check(d)
+				check(d.Neg())
+				if got := d.String(); got != strings.TrimRight(strings.TrimRight(s, "0"), ".") {
+					t.Fatalf("%s formats as %s", s, got)
+				}
+			}
+		}
+	}
+	for _, hi := range []uint64{0, 1, 1<<18 - 1, 1 << 18, 1<<18 + 1, 1 << 40} { // small and large integer parts
+		for _, lo := range []uint64{0, 1, unit - 1, unit, 1<<64 - 1, 1 << 63} {
+			check(Decimal{hi, lo})
+			check(Decimal{hi, lo}.Neg())
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		d := Decimal{rng.Uint64() >> (1 + rng.IntN(64)), rng.Uint64()}
+		if rng.IntN(4) == 0 {
+			d = Decimal{0, rng.Uint64() % 1e18 * pow10[rng.IntN(2)]}
+		}
+		check(d)
+		check(d.Neg())
 	}
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"sort"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,17 +63,24 @@ func BenchmarkEndToEnd(b *testing.B) {
 		for _, interval := range []string{"25ms", "200ms"} {
 			b.Run(stream.name+"/commit="+interval, func(b *testing.B) {
 				const n = 1_000_000
-				var rate float64
+				var rate, cpuRate float64
 				for range b.N {
-					rate = runEndToEnd(b, n, stream.span, interval)
+					rate, cpuRate = runEndToEnd(b, n, stream.span, interval)
 				}
 				b.ReportMetric(rate, "trades/s")
+				// CPU time of the whole process (stages and in-process
+				// broker) while the clock ran: steadier than trades/s on a
+				// shared machine, where the wall clock mostly measures the
+				// other processes.
+				b.ReportMetric(cpuRate, "trades/cpu-s")
 			})
 		}
 	}
 }
 
-func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) float64 {
+// runEndToEnd returns trades per second of wall time and per second of the
+// process's CPU time, both over the timed part.
+func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) (rate, cpuRate float64) {
 	b.StopTimer()
 	broker, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
@@ -109,8 +119,9 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) float
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	stopProfile := profileTimed(b)
 	b.StartTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), processCPU()
 	go func() { done <- eng.Run(ctx) }()
 	adm := kadm.NewClient(cl)
 	for {
@@ -122,13 +133,47 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) float
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), processCPU()-cpu0
 	b.StopTimer()
+	stopProfile()
 	cancel()
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	return float64(n) / elapsed.Seconds()
+	return float64(n) / elapsed.Seconds(), float64(n) / cpu.Seconds()
+}
+
+// processCPU returns the CPU time (user and system) this process used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// profileTimed starts a CPU profile of the timed part of one end-to-end run
+// when KANDLE_E2E_CPUPROFILE names a file (instead of -cpuprofile, which
+// also records producing the trades before the timer, on both the client's
+// and the broker's side). It returns the function that stops it.
+func profileTimed(b *testing.B) func() {
+	path := os.Getenv("KANDLE_E2E_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
 }
 
 // BenchmarkCloseLatency measures trade-to-final-candle latency: trades are

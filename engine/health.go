@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -58,19 +59,63 @@ type topicPartition struct {
 }
 
 func newHealth(reg prometheus.Registerer, now func() time.Time) (*health, error) {
+	ready, unready, err := readinessMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	h := &health{now: now, stall: DefaultStallAfter, maxLag: DefaultReadyLag, starting: "starting",
-		loops: map[string]*loopHealth{}, checks: map[string]struct{}{},
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kandle_ready",
-			Help: "1 when /readyz answers ready (partitions assigned and restored, sinks reachable, lag below the threshold), else 0."}),
-		unready: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_unready",
-			Help: "1 for each readiness check that fails now (starting, restoring, sink_down, lag, stalled)."}, []string{"check"}),
-	}
-	for _, c := range []prometheus.Collector{h.ready, h.unready} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
+		loops: map[string]*loopHealth{}, ready: ready, unready: unready,
+		checks: map[string]struct{}{"starting": {}}}
+	ready.Set(0)
+	unready.WithLabelValues("starting").Set(1)
 	return h, nil
+}
+
+// RegisterReadiness registers kandle_ready (0) and kandle_unready
+// {check="starting"} (1) on reg before any engine exists, so that the
+// first scrape of /metrics, while kandle still waits for a sink's store,
+// already says it is not ready. An engine built later with the same
+// registerer (WithRegisterer) takes the two gauges over.
+func RegisterReadiness(reg prometheus.Registerer) error {
+	ready, unready, err := readinessMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("register readiness metrics: %w", err)
+	}
+	ready.Set(0)
+	unready.WithLabelValues("starting").Set(1)
+	return nil
+}
+
+// readinessMetrics registers kandle_ready and kandle_unready on reg, or
+// returns the ones already registered there (by RegisterReadiness).
+func readinessMetrics(reg prometheus.Registerer) (prometheus.Gauge, *prometheus.GaugeVec, error) {
+	ready := prometheus.NewGauge(prometheus.GaugeOpts{Name: "kandle_ready",
+		Help: "1 when /readyz answers ready (partitions assigned and restored, sinks reachable, lag below the threshold), else 0."})
+	unready := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_unready",
+		Help: "1 for each readiness check that fails now (starting, restoring, sink_down, lag, stalled)."}, []string{"check"})
+	if err := reg.Register(ready); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, nil, err
+		}
+		g, ok := are.ExistingCollector.(prometheus.Gauge)
+		if !ok {
+			return nil, nil, err
+		}
+		ready = g
+	}
+	if err := reg.Register(unready); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return nil, nil, err
+		}
+		v, ok := are.ExistingCollector.(*prometheus.GaugeVec)
+		if !ok {
+			return nil, nil, err
+		}
+		unready = v
+	}
+	return ready, unready, nil
 }
 
 func (h *health) loop(name string) *loopHealth {

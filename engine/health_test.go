@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,4 +101,49 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+// TestReadinessBeforeEngine: kandle_ready is on the registry, at 0, as soon
+// as RegisterReadiness ran (kandle run calls it when /metrics starts
+// serving, before the sinks' stores answer and the engine exists), and the
+// engine's health built later on the same registry drives those gauges.
+func TestReadinessBeforeEngine(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := RegisterReadiness(reg); err != nil {
+		t.Fatal(err)
+	}
+	scrape := func(want ...string) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				name := mf.GetName()
+				for _, l := range m.GetLabel() {
+					name += "{" + l.GetName() + "=" + l.GetValue() + "}"
+				}
+				got = append(got, fmt.Sprintf("%s %v", name, m.GetGauge().GetValue()))
+			}
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("scrape:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	scrape("kandle_ready 0", "kandle_unready{check=starting} 1")
+
+	clk := &stepClock{t: time.Unix(1_700_000_000, 0)}
+	h, err := newHealth(reg, clk.now)
+	if err != nil {
+		t.Fatalf("the engine cannot take over the early gauges: %v", err)
+	}
+	h.moved("sink lake", "", nil)
+	h.started()
+	h.beat("sink lake", true)
+	if st := h.status(); !st.Ready {
+		t.Fatalf("not ready: %v", st.Reasons)
+	}
+	scrape("kandle_ready 1", "kandle_unready{check=starting} 0")
 }

@@ -98,7 +98,8 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		// and the revoke callback flushes and commits everything taken
 		// before they go, so the next owner starts where this one durably
 		// stopped and its read-merge-write of an object (S3 Parquet) never
-		// races this instance's.
+		// races this instance's. (A write of an instance cut off while it
+		// hung, landing late, is fenced by the S3 sink's conditional PUTs.)
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(s.assigned), kgo.OnPartitionsRevoked(s.revoked), kgo.OnPartitionsLost(s.moved),
 		kgo.WithLogger(kgoLogger(s.log)))...)

@@ -112,7 +112,9 @@ func (s *liveStage) snapshot(ctx context.Context, p int32, changes []pendingEntr
 		if _, ok := changed[string(k)]; ok {
 			return true
 		}
-		s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: append([]byte{'p'}, k...), Value: cloneOrNil(v)})
+		r := s.slab.record()
+		r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, s.slab.bytes(keyPrefix, k), s.slab.bytes(nil, v)
+		s.produce(ctx, r)
 		keys++
 		n++
 		return true

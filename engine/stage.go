@@ -26,6 +26,7 @@ import (
 var (
 	keyOffset  = []byte("o")
 	keyBarrier = []byte("b")
+	keyPrefix  = []byte("p")
 )
 
 // liveStage runs one processor stage as a member of its consumer group,
@@ -62,10 +63,15 @@ type liveStage struct {
 	prodErr  error
 	clMax    map[int32]int64        // highest changelog offset produced in the open txn
 	pending  []pendingEntry         // state entries produced in the open txn
+	clKeys   [][]byte               // commit: the changelog keys of one partition's changes, as in pending
 	snaps    map[int32]*pendingSnap // snapshots produced in the open txn (guarded by prodMu once produced)
 	snapSeq  int64
 	started  time.Time // when the stage was made: part of its snapshot tokens
 	out      processors.Output
+
+	slab     outSlab                  // records and bytes of what the stage produces
+	promise  func(*kgo.Record, error) // s.produced, made once (a closure per record was an allocation each)
+	candlesN prometheus.Counter       // candles produced, resolved on first use
 }
 
 type partState struct {
@@ -101,6 +107,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		snaps: map[int32]*pendingSnap{}, started: time.Now(),
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
+	s.promise = s.produced
 	if !spec.Rollup && spec.Proc != nil {
 		s.idleTimeout = spec.Proc.IdleTimeout
 	}
@@ -562,14 +569,15 @@ func (s *liveStage) emit(ctx context.Context) error {
 		return err
 	}
 	emitEvents(ctx, s.e.m, s.spec, &s.out, s.produce)
-	tf := s.spec.Timeframe.String()
 	for i := range s.out.Candles {
-		c := &s.out.Candles[i]
-		s.produce(ctx, &kgo.Record{Topic: s.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)})
+		s.produce(ctx, s.slab.candle(s.spec.OutputTopic, &s.out.Candles[i]))
 	}
 	s.spec.quietRecords(&s.out, func(r *kgo.Record) { s.produce(ctx, r) })
 	if n := len(s.out.Candles); n > 0 {
-		s.e.m.candles.WithLabelValues(s.spec.Name, tf).Add(float64(n))
+		if s.candlesN == nil { // on first use: a stage that writes no candles has no series
+			s.candlesN = s.e.m.candles.WithLabelValues(s.spec.Name, s.spec.Timeframe.String())
+		}
+		s.candlesN.Add(float64(n))
 	}
 	for i := range s.out.Rejected {
 		r := &s.out.Rejected[i]
@@ -591,27 +599,37 @@ func (s *liveStage) begin() error {
 	return nil
 }
 
-func (s *liveStage) produce(ctx context.Context, r *kgo.Record) { s.produceThen(ctx, r, nil) }
+func (s *liveStage) produce(ctx context.Context, r *kgo.Record) {
+	s.sess.Produce(ctx, r, s.promise)
+}
 
-// produceThen produces r in the open transaction and, once it is written,
-// calls ok with it (holding prodMu).
+// produceThen produces r like produce and, once it is written, calls ok
+// with it (holding prodMu). Its promise is a closure: for rare records only
+// (snapshot markers).
 func (s *liveStage) produceThen(ctx context.Context, r *kgo.Record, ok func(*kgo.Record)) {
 	s.sess.Produce(ctx, r, func(r *kgo.Record, err error) {
-		s.prodMu.Lock()
-		defer s.prodMu.Unlock()
-		if err != nil {
-			if s.prodErr == nil {
-				s.prodErr = err
-			}
-			return
-		}
-		if cur, ok := s.clMax[r.Partition]; r.Topic == s.changelog && (!ok || r.Offset > cur) {
-			s.clMax[r.Partition] = r.Offset
-		}
-		if ok != nil {
+		s.produced(r, err)
+		if err == nil {
+			s.prodMu.Lock()
+			defer s.prodMu.Unlock()
 			ok(r)
 		}
 	})
+}
+
+// produced is the promise of every record the stage produces.
+func (s *liveStage) produced(r *kgo.Record, err error) {
+	s.prodMu.Lock()
+	defer s.prodMu.Unlock()
+	if err != nil {
+		if s.prodErr == nil {
+			s.prodErr = err
+		}
+		return
+	}
+	if cur, ok := s.clMax[r.Partition]; r.Topic == s.changelog && (!ok || r.Offset > cur) {
+		s.clMax[r.Partition] = r.Offset
+	}
 }
 
 // publishActive hands changed open candles to the live publishers.
@@ -646,8 +664,15 @@ func (s *liveStage) commit(ctx context.Context) error {
 	for p, ps := range s.parts {
 		consumed = consumed || ps.consumed
 		first := len(s.pending)
+		s.clKeys = s.clKeys[:0]
 		ps.proc.Changes(func(k, v []byte) {
-			s.pending = append(s.pending, pendingEntry{p, append([]byte(nil), k...), cloneOrNil(v)})
+			key := s.slab.bytes(keyPrefix, k)
+			var val []byte  // nil: a deletion (a tombstone)
+			if len(v) > 0 { // as cloneOrNil: an empty value is a deletion too
+				val = s.slab.bytes(nil, v)
+			}
+			s.pending = append(s.pending, pendingEntry{p, key[1:], val})
+			s.clKeys = append(s.clKeys, key)
 		})
 		changed := s.pending[first:]
 		changes[p] = len(changed)
@@ -662,8 +687,10 @@ func (s *liveStage) commit(ctx context.Context) error {
 				return fmt.Errorf("stage %s: %w", s.spec.Name, err)
 			}
 		}
-		for _, pe := range changed {
-			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: append([]byte{'p'}, pe.key...), Value: pe.val})
+		for i, pe := range changed {
+			r := s.slab.record()
+			r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, s.clKeys[i], pe.val
+			s.produce(ctx, r)
 		}
 		if ps.consumed || snap {
 			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: encodeProgress(ps)})

@@ -48,22 +48,27 @@ func NewRollup(cfg RollupConfig) (*Rollup, error) {
 }
 
 // Process takes one closed sub-candle (JSON, as written by candle.AppendJSON).
+// It is read without building the symbol and timeframe strings: the key
+// table is looked up with the record's bytes, and only a new key costs a
+// string.
 func (r *Rollup) Process(rec Record, out *Output) {
-	c, err := candle.ParseJSON(rec.Value)
+	var c candle.Candle
+	sym, tf, err := candle.ParseJSONRaw(rec.Value, &c)
 	if err != nil {
 		reject(out, rec, Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("not a candle: %v", err)})
 		return
 	}
-	if c.Timeframe != r.from {
-		reject(out, rec, Rejection{Reason: ReasonMalformedJSON, Key: c.Symbol,
-			Detail: fmt.Sprintf("candle timeframe is %q, this rollup reads %q: check the rollup's input topic", c.Timeframe, r.from)})
+	if string(tf) != r.from {
+		reject(out, rec, Rejection{Reason: ReasonMalformedJSON, Key: string(sym),
+			Detail: fmt.Sprintf("candle timeframe is %q, this rollup reads %q: check the rollup's input topic", tf, r.from)})
 		return
 	}
-	k := r.keys[c.Symbol]
+	k := r.keys[string(sym)]
 	if k == nil {
-		k = &rollKey{key: c.Symbol}
-		r.keys[c.Symbol] = k
+		k = &rollKey{key: string(sym)}
+		r.keys[k.key] = k
 	}
+	c.Symbol, c.Timeframe = k.key, r.from
 	if k.hasLast && c.CloseTime <= k.lastSub {
 		reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: c.Symbol,
 			Detail: fmt.Sprintf("sub-candle closing %s is not after the last one (%s)", fmtMS(c.CloseTime), fmtMS(k.lastSub))})

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/engine"
@@ -60,24 +58,8 @@ func runKandle(partitions int) func(ctx context.Context, seeds []string, group s
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- eng.Run(ctx) }()
-		adm := kadm.NewClient(cl)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case err := <-done:
-				return fmt.Errorf("the engine stopped before the end of the stream: %w", err)
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-tick.C:
-			}
-			lag, err := adm.Lag(ctx, top.Group+".1m")
-			if err != nil {
-				continue
-			}
-			if l, ok := lag[top.Group+".1m"]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
-				break
-			}
+		if err := waitCommitted(ctx, cl, top.Group+".1m", done); err != nil {
+			return fmt.Errorf("the engine: %w", err)
 		}
 		cancel()
 		return <-done

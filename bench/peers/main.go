@@ -1,17 +1,21 @@
-// Command peers compares kandle's end-to-end throughput with a peer on the
+// Command peers compares kandle's end-to-end throughput with two peers on the
 // same broker and the same trades: a naive single-goroutine franz-go +
-// encoding/json aggregator. (Goka, the other peer the comparison asks for,
-// cannot be built here: the Go module proxy refuses github.com/lovoo/goka,
-// and its source may not be copied into this repository.) It
-// produces the trades once, runs each contestant from the start of the topic
-// in its own consumer group, and prints one table of trades/s and ratios.
+// encoding/json aggregator, and a Goka processor (LevelDB storage, a
+// persisted group table). It produces the trades once, runs each contestant
+// from the start of the topic in its own consumer group, and prints one
+// table of trades/s and ratios.
 //
-//	go run . -n 10000000             # the recorded comparison
-//	go run . -n 1000000 -runs 3      # a quicker one, three rounds
+//	go run . -n 10000000 -only kandle,naive  # the recorded comparison without Goka
+//	go run . -n 1000000                      # all three (Goka needs minutes)
+//	go run . -n 1000000 -runs 3              # three interleaved rounds
 //
 // Each contestant's clock starts when it is started and stops when it has
-// processed (kandle: committed exactly once) every trade, so start-up is part
-// of the figure; choose -n so that it is small against the run.
+// processed every trade, so start-up is part of the figure; choose -n so
+// that it is small against the run. "Processed" is, for kandle and Goka,
+// that their consumer group has committed every input offset (kandle
+// commits exactly once in its transactions, Goka after the state update and
+// the emitted candles are acknowledged); the naive consumer counts the
+// records it has handled, flushes its produced candles and commits.
 package main
 
 import (
@@ -27,6 +31,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kafka"
@@ -51,7 +56,7 @@ func main() {
 	flag.DurationVar(&c.span, "span", 0, "event-time span of the stream (0: 7.2 ms of event time per trade, like BenchmarkEndToEnd's dense stream)")
 	flag.IntVar(&c.partitions, "partitions", 2, "partitions of the trades topic")
 	flag.IntVar(&c.runs, "runs", 1, "rounds; each round runs every contestant once, in turn")
-	flag.StringVar(&c.only, "only", "kandle,naive", "contestants, comma separated")
+	flag.StringVar(&c.only, "only", "kandle,naive,goka", "contestants, comma separated")
 	flag.StringVar(&c.broker, "broker", "", "an external broker (e.g. `kandle dev-broker`) instead of the in-process one")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a contestant's run after this long")
 	flag.Parse()
@@ -90,12 +95,13 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	all := map[string]contestant{
 		"kandle": {"kandle", runKandle(c.partitions)},
 		"naive":  {"naive", runNaive},
+		"goka":   {"goka", runGoka(c.partitions)},
 	}
 	var cs []contestant
 	for _, name := range strings.Split(c.only, ",") {
 		ct, ok := all[strings.TrimSpace(name)]
 		if !ok {
-			return fmt.Errorf("unknown contestant %q (choose from kandle, naive)", name)
+			return fmt.Errorf("unknown contestant %q (choose from kandle, naive, goka)", name)
 		}
 		cs = append(cs, ct)
 	}
@@ -112,7 +118,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			}
 			rate := float64(c.n) / el.Seconds()
 			rates[ct.name] = append(rates[ct.name], rate)
-			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s\n", r+1, ct.name, el.Seconds(), rate)
+			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s%s\n", r+1, ct.name, el.Seconds(), rate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)))
 		}
 	}
 	return table(out, c, cs, rates)
@@ -144,6 +150,47 @@ func produce(ctx context.Context, seeds []string, c config) error {
 	}
 	fmt.Fprintf(os.Stderr, "produced %d trades over %d symbols in %s\n", n, c.symbols, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// waitCommitted polls the group's lag every 20 ms until the group has
+// committed every offset of the topics it consumes, or run returns first.
+func waitCommitted(ctx context.Context, cl *kgo.Client, group string, run <-chan error) error {
+	adm := kadm.NewClient(cl)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-run:
+			return fmt.Errorf("stopped before the end of the stream: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		lag, err := adm.Lag(ctx, group)
+		if err != nil {
+			continue
+		}
+		if l, ok := lag[group]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
+			return nil
+		}
+	}
+}
+
+// emitted says how many candles a peer produced to topic (the naive peer and
+// Goka run the same aggregation over the same trades, so the counts match).
+func emitted(ctx context.Context, seeds []string, topic string) string {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return ""
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil || ends.Error() != nil {
+		return ""
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return fmt.Sprintf(", %d candles", n)
 }
 
 // table prints the median rate of each contestant and its ratio to the others.

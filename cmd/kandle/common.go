@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kandle/kandle"
+	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -69,6 +70,10 @@ func splitList(s string) []string {
 // of pr on addr until the returned server is closed.
 func serveMetrics(e *env, addr string, reg *prometheus.Registry, pr *probe) (*http.Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// kandle_ready exists (0) from the first scrape, before the engine does.
+	if err := engine.RegisterReadiness(reg); err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", pr.healthz)

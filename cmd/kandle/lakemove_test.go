@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -120,4 +125,146 @@ func TestSinksSurviveBrokerRestart(t *testing.T) {
 	if n := strings.Count(h.log.String(), "dev broker listening on "+h.broker); n != 2 {
 		t.Fatalf("the broker started %d times, want 2 (once again after the outage)", n)
 	}
+}
+
+// zombieGate stands between one kandle instance and the shared S3 server.
+// Once closed it takes the whole body of each PUT and holds the request, as
+// a network that delays a cut-off instance's writes would; open lets the
+// held PUTs reach the store, even though their client gave up long ago.
+type zombieGate struct {
+	inner   http.Handler
+	mu      sync.Mutex
+	closed  bool
+	held    int
+	release chan struct{}
+	landed  sync.WaitGroup // held PUTs the store has not answered yet
+}
+
+func (g *zombieGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	closed := g.closed
+	if closed && r.Method == http.MethodPut {
+		g.held++
+		g.landed.Add(1)
+	}
+	g.mu.Unlock()
+	if !closed || r.Method != http.MethodPut {
+		g.inner.ServeHTTP(w, r)
+		return
+	}
+	defer g.landed.Done()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return // the client is gone before its request was sent: nothing lands
+	}
+	<-g.release
+	r = r.WithContext(context.WithoutCancel(r.Context()))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	g.inner.ServeHTTP(w, r)
+}
+
+func (g *zombieGate) heldPUTs() int { g.mu.Lock(); defer g.mu.Unlock(); return g.held }
+
+// A zombie lake writer cannot roll the lake back. A second instance (b)
+// takes some lake partitions; then it is cut off: its PUTs hang in the
+// network (a gate holds them) and it leaves the group, so its partitions
+// move back to the first instance (a), which rewrites the same day objects
+// from b's last commit on and finishes the stream. Only then do b's held
+// PUTs land. Each was conditional on the ETag b had read, so the store
+// refuses it (412): the lake still equals the candle topics exactly.
+// Without conditional writes the late PUTs overwrite a's newer objects and
+// candles go missing.
+func TestLakeZombieWriterFenced(t *testing.T) {
+	h := newSXHarness(t)
+	defer h.shutdown()
+	gate := &zombieGate{inner: h.s3.handler, release: make(chan struct{})}
+	viaGate := httptest.NewServer(gate)
+	defer viaGate.Close()
+	defer func() { // never leave a handler blocked
+		gate.mu.Lock()
+		if gate.closed {
+			gate.closed = false
+			close(gate.release)
+		}
+		gate.mu.Unlock()
+	}()
+	top, err := os.ReadFile(h.top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topB := writeFile(t, "sx-b.yaml", strings.Replace(string(top), "endpoint: "+h.s3.url()+"\n", "endpoint: "+viaGate.URL+"\n", 1))
+	h.startRun()
+
+	cfg := sxStream(4000, 300*time.Minute)
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		h.produce(cfg, 2*time.Millisecond)
+	}()
+	waitLog := func(mark int, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			if strings.Contains(h.log.String()[mark:], want) {
+				return
+			}
+			h.running()
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the log within 30 s", want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	mark := len(h.log.String())
+	ctx, stop := context.WithCancel(h.ctx)
+	defer stop()
+	b := h.goKandle(ctx, &h.runWG, "run", "-t", topB, "-state-dir", t.TempDir(), "-instance", "sxb",
+		"-only", "lake", "-session-timeout", "6s")
+	waitLog(mark, `msg="sink partitions assigned" sink=lake instance=sxb`)
+	time.Sleep(2 * time.Second) // b owns some lake partitions and flushes them a while
+
+	// b is cut off: its next PUTs hang, then it leaves the group.
+	gate.mu.Lock()
+	gate.closed = true
+	gate.mu.Unlock()
+	for deadline := time.Now().Add(30 * time.Second); gate.heldPUTs() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("b wrote nothing within 30 s of being cut off")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mark = len(h.log.String())
+	stop()
+	<-b
+	waitLog(mark, `msg="sink partitions assigned" sink=lake instance=sx `)
+	t.Logf("b cut off with %d PUT(s) in flight and gone; a owns every lake partition", gate.heldPUTs())
+
+	<-produced
+	h.waitClosed(cfg, 60*time.Second)
+	want := h.topicCandles()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		got, _, probs := h.lakeCandles()
+		probs = append(probs, diffCandles("s3", want, got)...)
+		if len(probs) == 0 {
+			break
+		}
+		h.running()
+		if time.Now().After(deadline) {
+			t.Fatalf("a did not complete the lake:\n%s", strings.Join(probs[:min(len(probs), 30)], "\n"))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	// Now b's writes land, late.
+	gate.mu.Lock()
+	gate.closed = false
+	close(gate.release)
+	held := gate.held
+	gate.mu.Unlock()
+	gate.landed.Wait()
+	got, _, probs := h.lakeCandles()
+	probs = append(probs, diffCandles("s3", want, got)...)
+	if len(probs) > 0 {
+		t.Fatalf("%d late PUT(s) of the cut-off instance rolled the lake back:\n%s", held, strings.Join(probs[:min(len(probs), 30)], "\n"))
+	}
+	t.Logf("%d late PUT(s) refused; %d candles exact in the lake", held, len(want))
 }

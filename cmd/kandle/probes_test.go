@@ -64,6 +64,12 @@ func TestStartsBeforeItsStores(t *testing.T) {
 	if !strings.Contains(body, "not ready: sink ") {
 		t.Errorf("/readyz body %q does not name the sink it waits for", body)
 	}
+	// The engine does not exist yet (kandle waits for the sinks' stores),
+	// but the first scrape already has the readiness gauges.
+	if _, metrics := get("http://" + addr + "/metrics"); !strings.Contains(metrics, "\nkandle_ready 0\n") ||
+		!strings.Contains(metrics, "\nkandle_unready{check=\"starting\"} 1\n") {
+		t.Errorf("/metrics while waiting for the stores has no kandle_ready 0 and kandle_unready{check=\"starting\"} 1:\n%s", metrics)
+	}
 	if code, body := get("http://" + addr + "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while waiting for the stores: %d %q, want 200 (alive, only not ready)", code, body)
 	}

@@ -1056,6 +1056,9 @@ func (f *sxS3) objects(bucket string) (map[string][]byte, error) {
 			return nil, fmt.Errorf("list %s: %w", bucket, err)
 		}
 		for _, o := range page.Contents {
+			if strings.HasSuffix(*o.Key, s3parquet.ProbeKey) {
+				continue // the lake sink's start-up probe of conditional writes
+			}
 			g, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: o.Key})
 			if err != nil {
 				return nil, fmt.Errorf("get %s: %w", *o.Key, err)

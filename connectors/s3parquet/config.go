@@ -27,6 +27,9 @@ type Config struct {
 	Concurrency    int           `yaml:"concurrency" default:"4" doc:"Objects read, merged and written in parallel during a flush."`
 	RequestTimeout time.Duration `yaml:"request_timeout" default:"30s" doc:"Time limit for one attempt at one object (GET, merge, PUT); a slower attempt is retried."`
 	MaxBackoff     time.Duration `yaml:"max_backoff" default:"10s" doc:"Longest pause between retries of a failing write. Retries go on until the stage stops."`
+	// UnconditionalWrites turns off the conditional PUTs that keep a
+	// cut-off instance from overwriting the new owner's object.
+	UnconditionalWrites bool `yaml:"unconditional_writes" default:"false" doc:"Write objects without If-Match / If-None-Match. Only for S3 stores that ignore conditional writes (such as s3rver) and with a single kandle instance: a rebalance can then lose candles (an instance cut off mid-write may overwrite the new owner's object). By default the sink checks at start that the store honours the conditions and refuses to start if it does not."`
 
 	// Credentials overrides the AWS default credential chain (environment,
 	// shared config and profiles, SSO, web identity / IRSA, container and

@@ -27,10 +27,32 @@
 // on the bucket: without ListBucket, S3 answers a missing object with 403
 // instead of 404, which the sink must treat as a permanent error.
 //
-// Writers must not share a partition: two sink instances flushing the same
-// (timeframe, symbol, day) at once would race on the read-merge-write. The
-// engine keys sinks by partition of the candle topics, and a symbol lives in
-// one partition, so this holds.
+// # One writer per object
+//
+// The engine keys sinks by partition of the candle topics and a symbol
+// lives in one partition, so one instance owns an object's series at a
+// time, and a partition moves only after its old owner flushed. That alone
+// does not cover an owner that was cut off from its group while a PUT hung:
+// the PUT could land after the new owner wrote the object and roll it back.
+// So every write is a compare-and-swap: the PUT carries If-Match with the
+// ETag of the object that was read (If-None-Match: * when there was none),
+// and a store that answers 412 Precondition Failed (or 409, or 404 for a
+// deleted object) has kept the other writer's object. The sink then reads
+// it again, merges its candles into it and writes again, at most
+// maxConflicts times per object and flush (kandle_s3parquet_write_conflicts_total
+// counts the refusals, each logged with the object), so the new owner's
+// candles are never lost or rolled back.
+//
+// New checks at start that the store honours the conditions: it writes the
+// probe object ProbeKey under the prefix, then expects a second PUT with
+// If-None-Match: * and one with a wrong If-Match to fail with 412. A store
+// that accepts them (s3rver) is refused with a message, unless
+// Config.UnconditionalWrites says that one instance writes this lake alone.
+//
+// A file:// lake gives the same guarantee with a compare-and-rename: the
+// version is the SHA-256 of the file's bytes, checked under an flock on
+// LockName at the lake's root just before the rename. Where flock does not
+// exist (Windows, Solaris, AIX) a file lake is single-writer.
 //
 // # Columns
 //

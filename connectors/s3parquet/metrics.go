@@ -7,14 +7,15 @@ import (
 )
 
 type metrics struct {
-	candles  prometheus.Counter   // candles made durable
-	objects  prometheus.Counter   // objects written
-	bytes    prometheus.Counter   // object bytes written
-	rejected prometheus.Counter   // candles rejected as unstorable
-	retries  prometheus.Counter   // failed attempts that were retried
-	errors   prometheus.Counter   // failed attempts (retried or not)
-	latency  prometheus.Histogram // one partition's read-merge-write
-	flushes  prometheus.Histogram // one whole flush
+	candles   prometheus.Counter   // candles made durable
+	objects   prometheus.Counter   // objects written
+	bytes     prometheus.Counter   // object bytes written
+	rejected  prometheus.Counter   // candles rejected as unstorable
+	retries   prometheus.Counter   // failed attempts that were retried
+	errors    prometheus.Counter   // failed attempts (retried or not)
+	conflicts prometheus.Counter   // conditional writes refused: the object changed since it was read
+	latency   prometheus.Histogram // one partition's read-merge-write
+	flushes   prometheus.Histogram // one whole flush
 }
 
 func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
@@ -30,6 +31,8 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		rejected: counter("candles_rejected_total", "Candles that can never be stored, returned for dead-lettering."),
 		retries:  counter("retries_total", "Failed reads or writes that were retried."),
 		errors:   counter("errors_total", "Failed reads or writes, retried or not."),
+		conflicts: counter("write_conflicts_total", "Conditional writes refused because another writer (such as a partition's new owner) "+
+			"replaced the object since it was read; the sink read, merged and wrote again."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "object_write_seconds",
 			Help: "Time to read, merge and write one partition object, retries included.", ConstLabels: labels, Buckets: buckets}),
 		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "flush_seconds",
@@ -38,7 +41,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.latency, m.flushes} {
+	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.conflicts, m.latency, m.flushes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics (give each sink its own WithName): %w", err)
 		}

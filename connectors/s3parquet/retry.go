@@ -2,6 +2,7 @@ package s3parquet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/kandle/kandle/connectors/sinkkit"
@@ -24,8 +25,8 @@ func (s *Sink) retry(ctx context.Context, what string, fn func(context.Context) 
 		if ctx.Err() != nil {
 			return stopped(ctx, what, attempt, err)
 		}
-		if permanent(err) {
-			return err
+		if permanent(err) || errors.Is(err, errConflict) {
+			return err // a conflict needs a new read: upsert handles it
 		}
 		pause := policy.Delay(attempt - 1)
 		s.log.Warn("s3parquet: write failed, retrying", "object", what, "attempt", attempt, "pause", pause, "err", err)

@@ -56,7 +56,8 @@ func TestS3rverOutage(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	s, err := New(ctx, Config{URL: "s3://lake/c", Endpoint: srv.URL(), PathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""), MaxBackoff: 100 * time.Millisecond, RequestTimeout: 5 * time.Second},
+		Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""), MaxBackoff: 100 * time.Millisecond, RequestTimeout: 5 * time.Second,
+		UnconditionalWrites: true}, // s3rver ignores conditional PUTs
 		WithLogger(quietLogger()), WithRegisterer(reg), WithMinBackoff(10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,8 @@ func TestS3rver(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Config{URL: "s3://lake/prod/candles", Endpoint: srv.URL(), PathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", "")}
+		Credentials:         credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""),
+		UnconditionalWrites: true} // s3rver ignores If-Match / If-None-Match on PUT (TestS3rverRefusedWithoutConditionalWrites)
 	cs := gen("BTC/USDT", "ETH-USD")
 	half := len(cs) / 2
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/sinkkit"
 	"github.com/kandle/kandle/decimal"
 )
 
@@ -265,50 +266,80 @@ func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 // upsert merges p into its partition's object: read it, overlay the
 // buffered candles by open_time, sort, rewrite. The result depends only on
 // the set of candles ever written, so replays converge to the same bytes.
+//
+// The rewrite is conditional on the object being what was read (If-Match
+// its ETag, or If-None-Match * when it did not exist). When another writer
+// replaced it meanwhile (the partition's new owner, while this instance was
+// cut off with its PUT in flight), the PUT fails, and upsert reads the
+// object again and merges into that: the other writer's candles are kept,
+// never rolled back. After maxConflicts conflicts in a row it gives up
+// with an error (the candles stay buffered and the next flush tries again).
 func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
 	start := time.Now()
+	defer func() { s.m.latency.Observe(time.Since(start).Seconds()) }()
 	key := PartitionPath(k.tf, k.sym, k.day*86_400_000)
-	err := s.retry(ctx, key, func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-		defer cancel()
-		old, found, err := s.st.get(ctx, key)
+	policy := sinkkit.Backoff{Min: s.minBackoff, Max: s.cfg.MaxBackoff}
+	for conflicts := 0; ; conflicts++ {
+		err := s.retry(ctx, key, func(ctx context.Context) error { return s.merge(ctx, key, p) })
+		if !errors.Is(err, errConflict) || ctx.Err() != nil {
+			return err
+		}
+		s.m.conflicts.Inc()
+		if conflicts+1 >= maxConflicts {
+			return fmt.Errorf("%s: %d conflicting writes in a row, giving up for this flush (the candles stay buffered): %w; "+
+				"check that only one kandle deployment writes into this lake", s.st.where(key), conflicts+1, err)
+		}
+		pause := policy.Delay(conflicts)
+		s.log.Warn("s3parquet: object changed since it was read (another writer, such as the partition's new owner, replaced it); reading and merging again",
+			"object", s.st.where(key), "timeframe", k.tf, "symbol", k.sym, "conflicts", conflicts+1, "candles", len(p.byOpen), "pause", pause)
+		if sinkkit.Sleep(ctx, pause) != nil {
+			return stopped(ctx, key, conflicts+1, err)
+		}
+	}
+}
+
+// maxConflicts bounds the read-merge-write rounds of one object in one flush.
+const maxConflicts = 8
+
+// merge is one read-merge-write of the object at key.
+func (s *Sink) merge(ctx context.Context, key string, p *part) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	old, version, found, err := s.st.get(ctx, key)
+	if err != nil {
+		return err
+	}
+	merged := make(map[int64]candle.Candle, len(p.byOpen))
+	if found {
+		prev, err := Decode(old)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w; move or delete that object, then restart the stage", s.st.where(key), err)
 		}
-		merged := make(map[int64]candle.Candle, len(p.byOpen))
-		if found {
-			prev, err := Decode(old)
-			if err != nil {
-				return fmt.Errorf("%s: %w; move or delete that object, then restart the stage", s.st.where(key), err)
-			}
-			for _, c := range prev {
-				merged[c.OpenTime] = c
-			}
+		for _, c := range prev {
+			merged[c.OpenTime] = c
 		}
-		for t, c := range p.byOpen {
-			merged[t] = c
-		}
-		cs := make([]candle.Candle, 0, len(merged))
-		for _, c := range merged {
-			cs = append(cs, c)
-		}
-		slices.SortFunc(cs, func(a, b candle.Candle) int { return cmp.Compare(a.OpenTime, b.OpenTime) })
-		data, err := encode(cs, s.cfg.RowGroupRows)
-		if err != nil {
-			return err
-		}
-		if found && string(data) == string(old) {
-			return nil // a pure redelivery: the object already says this
-		}
-		if err := s.st.put(ctx, key, data); err != nil {
-			return err
-		}
-		s.m.objects.Inc()
-		s.m.bytes.Add(float64(len(data)))
-		return nil
-	})
-	s.m.latency.Observe(time.Since(start).Seconds())
-	return err
+	}
+	for t, c := range p.byOpen {
+		merged[t] = c
+	}
+	cs := make([]candle.Candle, 0, len(merged))
+	for _, c := range merged {
+		cs = append(cs, c)
+	}
+	slices.SortFunc(cs, func(a, b candle.Candle) int { return cmp.Compare(a.OpenTime, b.OpenTime) })
+	data, err := encode(cs, s.cfg.RowGroupRows)
+	if err != nil {
+		return err
+	}
+	if found && string(data) == string(old) {
+		return nil // a pure redelivery: the object already says this
+	}
+	if err := s.st.put(ctx, key, data, version, found); err != nil {
+		return err
+	}
+	s.m.objects.Inc()
+	s.m.bytes.Add(float64(len(data)))
+	return nil
 }
 
 // candleBytes estimates the memory one buffered candle takes.

@@ -164,16 +164,23 @@ const maxPipeline = 2048
 // flush sends every pending candle, maxPipeline per round trip. On failure
 // the unsent candles go back to pending unless Active replaced them (those
 // are counted as dropped).
+//
+// It takes the pending map whole and leaves Active a new one, so Active
+// waits for a pointer swap, not for a copy, and no entry is deleted one by
+// one (the deletes were a sixth of the flush's CPU in BenchmarkSinkVsIdeal).
+// The new map is sized like the last one taken; after an outage the
+// oversized map goes to the garbage collector instead of staying.
 func (a *activeWriter) flush(ctx context.Context) error {
 	s := a.s
 	s.amu.Lock()
-	a.batch = a.batch[:0]
-	for k, c := range s.pending {
-		a.batch = append(a.batch, c)
-		delete(s.pending, k)
-	}
+	taken := s.pending
+	s.pending = make(map[window]candle.Candle, len(taken))
 	clear(s.newest)
 	s.amu.Unlock()
+	a.batch = a.batch[:0]
+	for _, c := range taken {
+		a.batch = append(a.batch, c)
+	}
 	for i := 0; i < len(a.batch); i += maxPipeline {
 		chunk := a.batch[i:min(i+maxPipeline, len(a.batch))]
 		if err := a.send(ctx, chunk); err != nil {
