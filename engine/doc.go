@@ -69,13 +69,65 @@
 // offset, whatever it is, so a barrier that compaction removed (a later
 // restore wrote another) cannot make it wait either. The result is exactly
 // the state that was committed with the group's offsets. A new owner with an
-// empty disk reads the whole (compacted) changelog, so recovery time is
-// bounded by the live state, not by history. Pebble can never be ahead of
-// Kafka because it is written after the commit; when Pebble's recorded
+// empty disk reads the changelog from the partition's last committed
+// snapshot (below), so recovery time is bounded by the live state, not by
+// history, even where the changelog is never compacted. Pebble can never be
+// ahead of Kafka because it is written after the commit; when Pebble's recorded
 // changelog offset is below the changelog's start or past its end (a
 // compacted, truncated or recreated changelog), the partition's local state
 // is dropped and rebuilt from the changelog alone. Kafka partitions and
 // Kinesis shards share this changelog read (readChangelogTo).
+//
+// # Changelog snapshots
+//
+// A changelog holds every version of every key written since it was
+// created until the broker compacts it, and compaction never touches the
+// active segment (1 GiB or 7 days by default; the dev broker and kfake never
+// compact at all). So kandle does not rely on it: a stage partition
+// snapshots its state into its own changelog (snapshot.go). When the
+// changelog records it wrote since its last snapshot exceed twice its live
+// state entries (at least 1000), its next transaction that consumes input
+// (but not the first commit after a restore, which carries a takeover's
+// first output) writes, on the changelog partition and in this order, a
+// marker record (key "s", value a token unique to the snapshot), every
+// committed state entry that the transaction does not change (read from
+// Pebble, which holds the state of the last commit), the transaction's
+// changes, and the progress record "o". Entries deleted before the snapshot
+// are simply not in it, so a deleted key cannot come back.
+//
+// Where the snapshot starts (the marker's offset, which the producer knows
+// before EndTxn, and its token) goes into the metadata string of the input
+// partition's TxnOffsetCommit (kgo.PreTxnCommitFnContext; proveMembership
+// restates it too), so it is committed exactly when the snapshot and the
+// offsets are: a snapshot in an aborted transaction is invisible to
+// read-committed readers and its position is never committed. Every later
+// commit of the partition carries the position on (a commit without it
+// would forget it). A restore with no usable local state reads the
+// committed position with the group's offsets and reads the changelog from
+// there to its barrier: the snapshot, then everything committed after it.
+// Any committed snapshot is a valid start, since it holds the whole state
+// its transaction committed; so a stale read of the position (an older
+// snapshot) costs time, never correctness. The first record read must be
+// the marker with the token; if it is not (the changelog was recreated,
+// compaction removed the marker because a later snapshot wrote another, or
+// the position came from an offset commit whose transaction then aborted,
+// so its marker is invisible), the restore reads the changelog from its
+// start instead. Compaction
+// otherwise only removes versions that a later record of the same key
+// replaces, which the read from the snapshot sees too. The cost: at most
+// one snapshot record per two change records (write amplification ≤ 1.5),
+// and a restore reads at most about three times the live state plus one
+// transaction's changes. Restores with local state (Pebble) read the tail
+// after Pebble's position as before.
+//
+// Kinesis shards stay on the old path (their changelog is read from its
+// start on an empty disk): a shard's position is committed in the
+// changelog itself, and its lease checkpoint is written after the
+// transaction, not in it, so nothing committed atomically with a shard's
+// transaction can be read without reading the changelog. A Kinesis stage
+// also shares changelog partitions between shards (keys carry the shard)
+// and children read their parents' partitions, so a per-shard snapshot
+// position would need a store of its own.
 //
 // A processor that implements processors.StoreUser (the silence processor)
 // is not loaded into memory at all: the changelog tail goes into Pebble

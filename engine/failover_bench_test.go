@@ -45,9 +45,16 @@ dead_letter: {topic: fo.dlq}
 // before the takeover closes a window, so the first output follows the
 // restore.
 //
-// Reported: takeover-ms (assignment → first output visible to a
-// read-committed consumer), restore-ms and the changelog records the restore
-// read. A takeover that grows with the history means the restore reads it.
+// Reported: takeover-ms (the first assignment → first output visible to a
+// read-committed consumer), restore-ms and the changelog records of the
+// first restore, and restores (more than one: a transaction aborted and the
+// partition was rebuilt before the first output). A takeover that grows
+// with the history means the restore reads it. KANDLE_FAILOVER_LOG=1
+// echoes the new owner's log to stderr.
+//
+// The trade that ends the history closes every key's open windows at once
+// (100 k keys × a few windows), so the first transaction of the new owner
+// holds a few hundred thousand candles and state changes.
 func BenchmarkFailover(b *testing.B) {
 	keys := envInt(b, "KANDLE_FAILOVER_KEYS", 100_000)
 	hist := "1000000,10000000"
@@ -68,6 +75,7 @@ func BenchmarkFailover(b *testing.B) {
 				b.ReportMetric(float64(r.total.Microseconds())/1000, "takeover-ms")
 				b.ReportMetric(float64(r.restore.Microseconds())/1000, "restore-ms")
 				b.ReportMetric(float64(r.records), "changelog-records")
+				b.ReportMetric(float64(r.restores), "restores")
 				b.ReportMetric(0, "ns/op")
 			})
 		}
@@ -99,28 +107,40 @@ func short(n int) string {
 type takeover struct {
 	total, restore time.Duration
 	records        int64
+	restores       int // more than 1: a transaction aborted (e.g. it outlived the transaction timeout) and the partition was rebuilt
 }
 
 // restoreLog catches the stage's "partition restored" line: when it was
 // written, how long the restore took and how many changelog records it read.
 type restoreLog struct {
-	mu      sync.Mutex
-	at      time.Time
-	took    time.Duration
-	records int64
-	seen    chan struct{}
-	once    sync.Once
+	mu       sync.Mutex
+	at       time.Time
+	took     time.Duration
+	records  int64
+	restores int
+	seen     chan struct{}
+	once     sync.Once
+	echo     bool // KANDLE_FAILOVER_LOG set: the new owner's log goes to stderr
 }
 
 func (h *restoreLog) Enabled(context.Context, slog.Level) bool { return true }
 func (h *restoreLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
 func (h *restoreLog) WithGroup(string) slog.Handler            { return h }
 func (h *restoreLog) Handle(_ context.Context, r slog.Record) error {
+	if h.echo {
+		fmt.Fprintf(os.Stderr, "%s %s %s", r.Time.Format("15:04:05.000"), r.Level, r.Message)
+		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(os.Stderr, " %s=%v", a.Key, a.Value); return true })
+		fmt.Fprintln(os.Stderr)
+	}
 	if r.Message != "partition restored" {
 		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.restores++
+	if h.restores > 1 {
+		return nil // a rebuild after an aborted transaction: the takeover began with the first
+	}
 	h.at = r.Time
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
@@ -159,7 +179,11 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 		cfg.Symbols[i] = fmt.Sprintf("K%06d", i)
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	cfg.Count, cfg.Span, cfg.Start = n, 2*time.Minute, start
+	// One trade per key and minute on average, whatever n: the state (each
+	// key's open window with the ids dedupe keeps for it) is the same for
+	// every history; only the history's length grows with n.
+	span := max(2*time.Minute, time.Duration(n/keys)*time.Minute)
+	cfg.Count, cfg.Span, cfg.Start = n, span, start
 	g, err := gen.New(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -190,10 +214,8 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	}
 
 	// A read-committed consumer from the output's current end, and one trade
-	// two minutes past the history, which closes its key's open window. (The
-	// history spans two minutes, so that the state is the keys' open windows
-	// and nothing else, whatever its length; gap fill, on by default, adds a
-	// candle or two per key, not one per minute of a long span.)
+	// two minutes past the history, which closes every key's open window (and
+	// with gap fill, on by default, a gap candle or two per key).
 	ends, err := adm.ListEndOffsets(ctx, "fo.1m")
 	if err != nil {
 		b.Fatal(err)
@@ -206,7 +228,7 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 		b.Fatal(err)
 	}
 	defer out.Close()
-	ts := start.Add(4 * time.Minute).UnixMilli()
+	ts := start.Add(span + 2*time.Minute).UnixMilli()
 	v := fmt.Appendf(nil, `{"symbol":"K000000","ts":%d,"price":"100","qty":"1","trade_id":%d}`, ts, 1<<40)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "trades", Key: []byte("K000000"), Value: v}).FirstErr(); err != nil {
 		b.Fatal(err)
@@ -217,7 +239,7 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	if keepDisk {
 		dirB = dirA
 	}
-	rl := &restoreLog{seen: make(chan struct{})}
+	rl := &restoreLog{seen: make(chan struct{}), echo: os.Getenv("KANDLE_FAILOVER_LOG") != ""}
 	bEng, err := engine.New(top, engine.WithLogger(slog.New(rl)), engine.WithInstanceID("b"), engine.WithStateDir(dirB))
 	if err != nil {
 		b.Fatal(err)
@@ -249,7 +271,7 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	assigned := rl.at.Add(-rl.took)
-	return takeover{total: first.Sub(assigned), restore: rl.took, records: rl.records}
+	return takeover{total: first.Sub(assigned), restore: rl.took, records: rl.records, restores: rl.restores}
 }
 
 // waitLag polls until group has committed every input offset.

@@ -47,6 +47,9 @@ func (s *liveStage) proveMembership(ctx context.Context) error {
 		}
 		rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
 		rp.Partition, rp.Offset, rp.LeaderEpoch = p, ps.nextInput, -1
+		if md, ok := s.snapMetadata(p); ok { // restated too: a commit without it would forget the snapshot
+			rp.Metadata = &md
+		}
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	if len(rt.Partitions) == 0 {

@@ -502,9 +502,9 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 	}
 	prefix := shardPrefix(id)
 	if from <= barrier {
-		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) {
+		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) error {
 			if !strings.HasPrefix(string(r.Key), string(prefix)) {
-				return
+				return nil
 			}
 			found = true
 			rest := r.Key[len(prefix):]
@@ -522,6 +522,7 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 					batch.Set(ns, 0, []byte(progressKey), r.Value)
 				}
 			}
+			return nil
 		})
 		if err != nil {
 			return nil, pr, false, err

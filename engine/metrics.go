@@ -7,20 +7,22 @@ import (
 // metrics are the engine's Prometheus series. All are registered on the
 // registry given to the engine (never the global one).
 type metrics struct {
-	records      *prometheus.CounterVec   // stage, result
-	rejected     *prometheus.CounterVec   // stage, reason
-	candles      *prometheus.CounterVec   // stage, timeframe
-	events       *prometheus.CounterVec   // stage (silence events)
-	watermark    *prometheus.GaugeVec     // stage, partition (ms)
-	transactions *prometheus.CounterVec   // stage, result
-	commitSecs   *prometheus.HistogramVec // stage
-	restoreSecs  *prometheus.HistogramVec // stage
-	restored     *prometheus.CounterVec   // stage
-	owned        *prometheus.GaugeVec     // stage
-	idleErrors   *prometheus.CounterVec   // stage, step
-	sinkWritten  *prometheus.CounterVec   // sink
-	sinkErrors   *prometheus.CounterVec   // sink
-	sinkLag      *prometheus.HistogramVec // sink: seconds from candle close to written
+	records         *prometheus.CounterVec   // stage, result
+	rejected        *prometheus.CounterVec   // stage, reason
+	candles         *prometheus.CounterVec   // stage, timeframe
+	events          *prometheus.CounterVec   // stage (silence events)
+	watermark       *prometheus.GaugeVec     // stage, partition (ms)
+	transactions    *prometheus.CounterVec   // stage, result
+	commitSecs      *prometheus.HistogramVec // stage
+	restoreSecs     *prometheus.HistogramVec // stage
+	restored        *prometheus.CounterVec   // stage
+	snapshots       *prometheus.CounterVec   // stage
+	snapshotRecords *prometheus.CounterVec   // stage
+	owned           *prometheus.GaugeVec     // stage
+	idleErrors      *prometheus.CounterVec   // stage, step
+	sinkWritten     *prometheus.CounterVec   // sink
+	sinkErrors      *prometheus.CounterVec   // sink
+	sinkLag         *prometheus.HistogramVec // sink: seconds from candle close to written
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -43,6 +45,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Time to restore one partition's state (Pebble + changelog tail).", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"stage"}),
 		restored: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_restored_changelog_records_total",
 			Help: "Changelog records read while restoring partitions."}, []string{"stage"}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_changelog_snapshots_total",
+			Help: "Committed changelog snapshots (a full copy of a partition's state that bounds an empty-disk restore), by stage."}, []string{"stage"}),
+		snapshotRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_changelog_snapshot_records_total",
+			Help: "Changelog records written by committed snapshots, by stage (their write amplification)."}, []string{"stage"}),
 		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_partitions_owned",
 			Help: "Input partitions this instance currently processes, by stage."}, []string{"stage"}),
 		idleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_idle_advance_errors_total",
@@ -55,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Wall time from a candle's close to its durable write in a sink.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.rejected, m.candles, m.events, m.watermark, m.transactions,
-		m.commitSecs, m.restoreSecs, m.restored, m.owned, m.idleErrors, m.sinkWritten, m.sinkErrors, m.sinkLag} {
+		m.commitSecs, m.restoreSecs, m.restored, m.snapshots, m.snapshotRecords, m.owned, m.idleErrors, m.sinkWritten, m.sinkErrors, m.sinkLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

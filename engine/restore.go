@@ -14,7 +14,8 @@ type fetchPoller interface {
 
 // readChangelogTo reads changelog partition p (already being consumed from
 // the restore start) and calls fn with every data record at or below
-// barrier, the offset of the restore barrier written just before. It stops
+// barrier, the offset of the restore barrier written just before; an error
+// from fn ends the read and is returned. It stops
 // at the first record at or past the barrier's offset, whatever record is
 // there now: the barrier itself, or — when compaction removed it because a
 // later restore wrote another barrier — anything after it, including a
@@ -24,7 +25,8 @@ type fetchPoller interface {
 //
 // Both exactly-once units, Kafka partitions and Kinesis shards, restore
 // with it.
-func readChangelogTo(ctx context.Context, cl fetchPoller, log *slog.Logger, topic string, p int32, barrier int64, fn func(*kgo.Record)) error {
+func readChangelogTo(ctx context.Context, cl fetchPoller, log *slog.Logger, topic string, p int32, barrier int64, fn func(*kgo.Record) error) error {
+	var fnErr error
 	for done := false; !done; {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -34,7 +36,7 @@ func readChangelogTo(ctx context.Context, cl fetchPoller, log *slog.Logger, topi
 			log.Warn("changelog fetch error", "topic", t, "partition", part, "err", err)
 		})
 		fs.EachRecord(func(r *kgo.Record) {
-			if done || r.Topic != topic || r.Partition != p {
+			if done || fnErr != nil || r.Topic != topic || r.Partition != p {
 				return
 			}
 			if r.Offset >= barrier {
@@ -43,8 +45,11 @@ func readChangelogTo(ctx context.Context, cl fetchPoller, log *slog.Logger, topi
 			if r.Offset > barrier || r.Attrs.IsControl() {
 				return
 			}
-			fn(r)
+			fnErr = fn(r)
 		})
+		if fnErr != nil {
+			return fnErr
+		}
 	}
 	return nil
 }

@@ -61,8 +61,9 @@ func TestReadChangelogStopsWithoutTheBarrier(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			var got []int64
-			err := readChangelogTo(ctx, &scriptedPoller{fetches: tc.fetches}, slog.Default(), topic, 0, 5, func(r *kgo.Record) {
+			err := readChangelogTo(ctx, &scriptedPoller{fetches: tc.fetches}, slog.Default(), topic, 0, 5, func(r *kgo.Record) error {
 				got = append(got, r.Offset)
+				return nil
 			})
 			if err != nil {
 				t.Fatalf("the read did not stop at the barrier's offset: %v", err)

@@ -21,7 +21,8 @@ import (
 )
 
 // Changelog record keys: processor entries are prefixed with 'p'; the entry
-// holding the next input offset is "o"; restore barriers are "b".
+// holding the next input offset is "o"; restore barriers are "b"; snapshot
+// markers are "s" (snapshot.go).
 var (
 	keyOffset  = []byte("o")
 	keyBarrier = []byte("b")
@@ -60,8 +61,12 @@ type liveStage struct {
 	txnStart time.Time
 	prodMu   sync.Mutex
 	prodErr  error
-	clMax    map[int32]int64 // highest changelog offset produced in the open txn
-	pending  []pendingEntry  // state entries produced in the open txn
+	clMax    map[int32]int64        // highest changelog offset produced in the open txn
+	pending  []pendingEntry         // state entries produced in the open txn
+	clKeys   [][]byte               // commit: the changelog keys of one partition's changes, as in pending
+	snaps    map[int32]*pendingSnap // snapshots produced in the open txn (guarded by prodMu once produced)
+	snapSeq  int64
+	started  time.Time // when the stage was made: part of its snapshot tokens
 	out      processors.Output
 
 	slab     outSlab                  // records and bytes of what the stage produces
@@ -79,6 +84,15 @@ type partState struct {
 	// process has received nothing for the partition and not seen it behind
 	// its input; it starts at the restore. See idleAdvance.
 	quietSince time.Time
+
+	// snap is the last committed snapshot of the partition (snapshot.go),
+	// carried in the metadata of every offset commit; sinceSnap counts the
+	// changelog records a restore from it reads beyond the snapshot, and
+	// liveKeys the entries of the state when last counted.
+	snap      snapRef
+	sinceSnap int64
+	liveKeys  int
+	settled   bool // a transaction committed since the restore
 }
 
 type pendingEntry struct {
@@ -90,6 +104,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	s := &liveStage{spec: spec, e: e, log: e.log.With("stage", spec.Name),
 		changelog: e.g.changelogTopic(spec.Name), parts: map[int32]*partState{},
 		clMax: map[int32]int64{}, live: e.live[spec.Name], owned: map[int32]bool{},
+		snaps: map[int32]*pendingSnap{}, started: time.Now(),
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
 	s.promise = s.produced
@@ -434,6 +449,9 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	if ok {
 		from, next = meta.ChangelogOffset, meta.InputOffset
 	}
+	// The snapshot committed with the group's offset: every commit of ours
+	// carries it on, and an empty disk reads the changelog from it.
+	snap, hasSnap := s.committedSnapshot(ctx, p)
 	// The barrier marks the end of what is decided now: everything before it
 	// is committed or aborted once we can read it.
 	res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
@@ -446,38 +464,65 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	if err != nil {
 		return nil, 0, fmt.Errorf("list changelog start offsets: %w", err)
 	}
-	if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil && (so.Offset > from || barrier < from) {
+	start := int64(0)
+	if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil {
+		start = so.Offset
+	}
+	if ok && (start > from || barrier < from) {
 		// Compaction or retention removed what we would need, or the changelog
-		// was recreated (it is shorter than Pebble remembers): rebuild from its start.
+		// was recreated (it is shorter than Pebble remembers): rebuild without it.
+		ok = false
+	}
+	if hasSnap && (snap.offset < start || snap.offset >= barrier) {
+		hasSnap = false // not on this changelog (recreated, or past its retention)
+	}
+	var check func(*kgo.Record) error
+	if !ok {
+		// No local state to build on: from the last committed snapshot
+		// when there is one, else from the changelog's start.
 		clear(entries)
 		batch.Drop(name, p)
-		from, next = so.Offset, 0
+		from, next = start, 0
+		if hasSnap {
+			from, check = snap.offset, checkMarker(snap)
+		}
 	}
 	n := 0
-	if from <= barrier {
-		s.restoreCl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.changelog: {p: kgo.NewOffset().At(from)}})
-		defer s.restoreCl.RemoveConsumePartitions(map[string][]int32{s.changelog: {p}})
-		err := readChangelogTo(ctx, s.restoreCl, s.log, s.changelog, p, barrier, func(r *kgo.Record) {
-			n++
-			switch {
-			case len(r.Key) > 1 && r.Key[0] == 'p':
-				switch {
-				case inStore:
-				case r.Value == nil:
-					delete(entries, string(r.Key[1:]))
-				default:
-					entries[string(r.Key[1:])] = r.Value
-				}
-				batch.Set(name, p, r.Key[1:], r.Value)
-			case string(r.Key) == string(keyOffset):
-				if pr, ok := DecodeProgress(r.Value); ok {
-					next = pr.NextInput
-				}
+	apply := func(r *kgo.Record) error {
+		if check != nil {
+			if err := check(r); err != nil {
+				return err
 			}
-		})
-		if err != nil {
-			return nil, 0, err
 		}
+		n++
+		switch {
+		case len(r.Key) > 1 && r.Key[0] == 'p':
+			switch {
+			case inStore:
+			case r.Value == nil:
+				delete(entries, string(r.Key[1:]))
+			default:
+				entries[string(r.Key[1:])] = r.Value
+			}
+			batch.Set(name, p, r.Key[1:], r.Value)
+		case string(r.Key) == string(keyOffset):
+			if pr, ok := DecodeProgress(r.Value); ok {
+				next = pr.NextInput
+			}
+		}
+		return nil
+	}
+	err = s.readChangelog(ctx, p, from, barrier, apply)
+	if errors.Is(err, errNotSnapshot) {
+		s.log.Warn("the committed snapshot is not where its offset commit says (changelog recreated or compacted); reading the changelog from its start",
+			"partition", p, "snapshot_offset", snap.offset)
+		hasSnap, check, n, next = false, nil, 0, 0
+		clear(entries)
+		batch.Drop(name, p)
+		err = s.readChangelog(ctx, p, start, barrier, apply)
+	}
+	if err != nil {
+		return nil, 0, err
 	}
 	for k, v := range entries {
 		if err := proc.Restore([]byte(k), v); err != nil {
@@ -494,7 +539,25 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 		}
 		proc.ResetIdle() // built before the changelog read: its idle clock starts now
 	}
-	return &partState{proc: proc, nextInput: next}, n, nil
+	ps := &partState{proc: proc, nextInput: next, sinceSnap: int64(n)}
+	if !inStore {
+		ps.liveKeys = len(entries)
+	}
+	if hasSnap {
+		ps.snap = snap
+	}
+	return ps, n, nil
+}
+
+// readChangelog reads changelog partition p from offset from up to the
+// barrier (readChangelogTo), calling fn with every committed record.
+func (s *liveStage) readChangelog(ctx context.Context, p int32, from, barrier int64, fn func(*kgo.Record) error) error {
+	if from > barrier {
+		return nil
+	}
+	s.restoreCl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.changelog: {p: kgo.NewOffset().At(from)}})
+	defer s.restoreCl.RemoveConsumePartitions(map[string][]int32{s.changelog: {p}})
+	return readChangelogTo(ctx, s.restoreCl, s.log, s.changelog, p, barrier, fn)
 }
 
 // emit produces s.out's candles and dead letters in the open transaction.
@@ -540,6 +603,20 @@ func (s *liveStage) produce(ctx context.Context, r *kgo.Record) {
 	s.sess.Produce(ctx, r, s.promise)
 }
 
+// produceThen produces r like produce and, once it is written, calls ok
+// with it (holding prodMu). Its promise is a closure: for rare records only
+// (snapshot markers).
+func (s *liveStage) produceThen(ctx context.Context, r *kgo.Record, ok func(*kgo.Record)) {
+	s.sess.Produce(ctx, r, func(r *kgo.Record, err error) {
+		s.produced(r, err)
+		if err == nil {
+			s.prodMu.Lock()
+			defer s.prodMu.Unlock()
+			ok(r)
+		}
+	})
+}
+
 // produced is the promise of every record the stage produces.
 func (s *liveStage) produced(r *kgo.Record, err error) {
 	s.prodMu.Lock()
@@ -583,8 +660,11 @@ func (s *liveStage) commit(ctx context.Context) error {
 			return fmt.Errorf("stage %s partition %d: %w", s.spec.Name, p, err)
 		}
 	}
+	changes := map[int32]int{}
 	for p, ps := range s.parts {
 		consumed = consumed || ps.consumed
+		first := len(s.pending)
+		s.clKeys = s.clKeys[:0]
 		ps.proc.Changes(func(k, v []byte) {
 			key := s.slab.bytes(keyPrefix, k)
 			var val []byte  // nil: a deletion (a tombstone)
@@ -592,17 +672,34 @@ func (s *liveStage) commit(ctx context.Context) error {
 				val = s.slab.bytes(nil, v)
 			}
 			s.pending = append(s.pending, pendingEntry{p, key[1:], val})
-			r := s.slab.record()
-			r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, key, val
-			s.produce(ctx, r)
+			s.clKeys = append(s.clKeys, key)
 		})
-		if ps.consumed {
+		changed := s.pending[first:]
+		changes[p] = len(changed)
+		// Only a partition whose offset this transaction commits can record
+		// a snapshot (its position rides on that commit), and never in the
+		// first commit after its restore: that one carries the takeover's
+		// first output, which a copy of the whole state would delay.
+		snap := ps.consumed && ps.settled && snapshotDue(ps, len(changed))
+		if snap {
+			// The snapshot goes first: the changes of this transaction follow it.
+			if err := s.snapshot(ctx, p, changed); err != nil {
+				return fmt.Errorf("stage %s: %w", s.spec.Name, err)
+			}
+		}
+		for i, pe := range changed {
+			r := s.slab.record()
+			r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, s.clKeys[i], pe.val
+			s.produce(ctx, r)
+		}
+		if ps.consumed || snap {
 			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: encodeProgress(ps)})
 		}
 	}
 	start := time.Now()
 	endCtx, cancel := s.endContext(ctx)
 	defer cancel()
+	endCtx = s.withSnapMetadata(endCtx)
 	try := kgo.TryCommit
 	if err := s.sess.Client().Flush(endCtx); err != nil {
 		try = kgo.TryAbort
@@ -636,8 +733,8 @@ func (s *liveStage) commit(ctx context.Context) error {
 	}
 	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
 	s.inTxn = false
-	pending, clMax := s.pending, s.clMax
-	s.pending, s.clMax, s.prodErr = nil, map[int32]int64{}, nil
+	pending, clMax, snaps := s.pending, s.clMax, s.snaps
+	s.pending, s.clMax, s.prodErr, s.snaps = nil, map[int32]int64{}, nil, map[int32]*pendingSnap{}
 	if err != nil || !committed {
 		s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
 		s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
@@ -656,7 +753,18 @@ func (s *liveStage) commit(ctx context.Context) error {
 		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)
 	}
 	for p, ps := range s.parts {
-		ps.consumed = false
+		ps.consumed, ps.settled = false, true
+		ps.sinceSnap += int64(changes[p])
+		if sn, ok := snaps[p]; ok {
+			s.e.m.snapshots.WithLabelValues(s.spec.Name).Inc()
+			s.e.m.snapshotRecords.WithLabelValues(s.spec.Name).Add(float64(sn.records))
+			ps.liveKeys = sn.keys
+			s.log.Debug("snapshot committed", "partition", p, "keys", sn.keys, "records", sn.records, "offset", sn.ref.offset, "recorded", sn.written)
+			if sn.written {
+				// Committed with its position: a restore reads from it.
+				ps.snap, ps.sinceSnap = sn.ref, int64(changes[p])
+			}
+		}
 		if off, ok := clMax[p]; ok {
 			batch.SetMeta(s.spec.Name, p, state.Meta{ChangelogOffset: off + 1, InputOffset: ps.nextInput})
 		}

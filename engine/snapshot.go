@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Changelog snapshots bound what a new owner with an empty disk reads (see
+// the package doc, "Changelog snapshots"). A snapshot of one partition is,
+// in one transaction and in this order on the changelog partition: a marker
+// record (key "s", value a token unique to the snapshot), every live state
+// entry not changed in the transaction, the transaction's changes, and the
+// progress record ("o"). The marker's offset and token travel as the
+// metadata of the input partition's transactional offset commit, so they
+// are committed exactly when the snapshot is.
+
+// keySnapshot is the changelog key of a snapshot's first record.
+var keySnapshot = []byte("s")
+
+const (
+	// snapshotRatio: a partition snapshots once the changelog records it
+	// wrote since its last snapshot exceed snapshotRatio × its live keys,
+	// so a snapshot costs at most 1/snapshotRatio more changelog records
+	// and a restore reads at most (1+snapshotRatio) × the live state.
+	snapshotRatio = 2
+	// snapshotFloor is the least key count the ratio is taken of: a tiny
+	// state is not copied on every commit.
+	snapshotFloor = 1000
+	// snapshotMetaPrefix starts the offset-commit metadata naming a snapshot.
+	snapshotMetaPrefix = "kandle.snapshot/1 "
+)
+
+// snapRef is where a snapshot starts: the offset of its marker on the
+// changelog partition and the marker's value.
+type snapRef struct {
+	offset int64
+	token  string
+}
+
+func (r snapRef) valid() bool { return r.token != "" && r.offset >= 0 }
+
+// metadata is the offset-commit metadata that names r.
+func (r snapRef) metadata() string {
+	return snapshotMetaPrefix + strconv.FormatInt(r.offset, 10) + " " + r.token
+}
+
+// parseSnapMeta reads offset-commit metadata written by metadata; anything
+// else (kgo's default, the member id; an older kandle; another tool's) names
+// no snapshot.
+func parseSnapMeta(s string) (snapRef, bool) {
+	rest, ok := strings.CutPrefix(s, snapshotMetaPrefix)
+	if !ok {
+		return snapRef{}, false
+	}
+	off, token, ok := strings.Cut(rest, " ")
+	if !ok || token == "" {
+		return snapRef{}, false
+	}
+	o, err := strconv.ParseInt(off, 10, 64)
+	if err != nil || o < 0 {
+		return snapRef{}, false
+	}
+	return snapRef{offset: o, token: token}, true
+}
+
+// pendingSnap is a snapshot produced in the open transaction.
+type pendingSnap struct {
+	ref     snapRef // offset known once the marker's produce returned
+	placed  bool    // the marker's offset is known
+	written bool    // its metadata went into an offset commit of the transaction
+	keys    int     // live entries it holds
+	records int     // changelog records it wrote
+}
+
+// snapshotDue reports whether partition ps should snapshot in this commit,
+// which writes changes more changelog records.
+func snapshotDue(ps *partState, changes int) bool {
+	return ps.sinceSnap+int64(changes) > snapshotRatio*int64(max(ps.liveKeys, snapshotFloor))
+}
+
+// snapshot produces the marker and every committed entry of partition p
+// whose key changes holds not (changes follow it on the changelog). The
+// committed entries are Pebble's: commit writes every change there after
+// its transaction, and restore writes every entry it read, so the
+// partition's Pebble range is its state at the last commit.
+func (s *liveStage) snapshot(ctx context.Context, p int32, changes []pendingEntry) error {
+	changed := make(map[string]bool, len(changes))
+	keys := 0
+	for _, c := range changes {
+		changed[string(c.key)] = c.val != nil
+	}
+	for _, live := range changed {
+		if live {
+			keys++
+		}
+	}
+	s.snapSeq++
+	ps := &pendingSnap{ref: snapRef{offset: -1, token: fmt.Sprintf("%s.%d.%d", s.e.instance, s.started.UnixNano(), s.snapSeq)}}
+	s.snaps[p] = ps
+	s.produceThen(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keySnapshot, Value: []byte(ps.ref.token)}, func(r *kgo.Record) {
+		ps.ref.offset, ps.placed = r.Offset, true
+	})
+	n := 1
+	err := s.e.store.Scan(s.spec.Name, p, nil, nil, func(k, v []byte) bool {
+		if _, ok := changed[string(k)]; ok {
+			return true
+		}
+		r := s.slab.record()
+		r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, s.slab.bytes(keyPrefix, k), s.slab.bytes(nil, v)
+		s.produce(ctx, r)
+		keys++
+		n++
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot partition %d: read state: %w", p, err)
+	}
+	ps.keys, ps.records = keys, n
+	return nil
+}
+
+// snapMetadata is the metadata partition p's offset commit in the open
+// transaction carries: the snapshot of the transaction, else the last
+// committed one. ok false: none known (kgo's default metadata stays, and a
+// new owner reads the changelog from its start).
+func (s *liveStage) snapMetadata(p int32) (string, bool) {
+	s.prodMu.Lock()
+	defer s.prodMu.Unlock()
+	if sn, ok := s.snaps[p]; ok && sn.placed {
+		sn.written = true
+		return sn.ref.metadata(), true
+	}
+	if ps, ok := s.parts[p]; ok && ps.snap.valid() {
+		return ps.snap.metadata(), true
+	}
+	return "", false
+}
+
+// withSnapMetadata makes the offset commit kgo sends when ending the
+// transaction carry each partition's snapshot position (kgo calls fn just
+// before the request, inside End).
+func (s *liveStage) withSnapMetadata(ctx context.Context) context.Context {
+	return kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+		for i := range req.Topics {
+			t := &req.Topics[i]
+			if t.Topic != s.spec.InputTopic && (t.TopicID == [16]byte{} || t.TopicID != s.inputTopicID) {
+				continue
+			}
+			for j := range t.Partitions {
+				if md, ok := s.snapMetadata(t.Partitions[j].Partition); ok {
+					t.Partitions[j].Metadata = &md
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// committedSnapshot is the snapshot position committed with the group's
+// offset of input partition p (ok false: none, or it cannot be read now).
+func (s *liveStage) committedSnapshot(ctx context.Context, p int32) (snapRef, bool) {
+	offs, err := s.admin.FetchOffsetsForTopics(ctx, s.group, s.spec.InputTopic)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("cannot read the committed snapshot position; restoring from the changelog's start", "partition", p, "err", err)
+		}
+		return snapRef{}, false
+	}
+	o, ok := offs.Lookup(s.spec.InputTopic, p)
+	if !ok || o.Err != nil {
+		return snapRef{}, false
+	}
+	return parseSnapMeta(o.Metadata)
+}
+
+// errNotSnapshot: the record at a snapshot's recorded offset is not its
+// marker (the changelog was recreated, or compaction removed the marker
+// because a later snapshot wrote another).
+var errNotSnapshot = errors.New("the changelog holds no snapshot marker at the recorded offset")
+
+// checkMarker returns a changelog read callback check: the first record
+// must be the marker of ref.
+func checkMarker(ref snapRef) func(r *kgo.Record) error {
+	first := true
+	return func(r *kgo.Record) error {
+		if !first {
+			return nil
+		}
+		first = false
+		if r.Offset != ref.offset || !bytes.Equal(r.Key, keySnapshot) || string(r.Value) != ref.token {
+			return errNotSnapshot
+		}
+		return nil
+	}
+}
