@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	kkin "github.com/kandle/kandle/connectors/kinesis"
-	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -27,11 +26,7 @@ import (
 // exactly once. (It used to be logged and lost: the processor believed the
 // candle emitted.) Shipped defaults.
 func TestKinesisIdleAdvanceCommitFailureIsRetried(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	kin := testkit.KinesisMock(t, "ticks:1")
-	ddb := testkit.Dynalite(t)
+	kin, ddb := kinesisServices(t, "ticks:1")
 	r := newKfakeRig(t, 1)
 	path := filepath.Join(t.TempDir(), "kin.yaml")
 	if err := os.WriteFile(path, fmt.Appendf(nil, `

@@ -39,9 +39,7 @@ dead_letter: {topic: kinrange.dlq}
 // layout that only ever received the records put before TIME: a full replay
 // of it must give the same candles and dead letters.
 func TestKinesisReplayToTime(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
+	awsTestEnv(t)
 	kin := testkit.KinesisMock(t, "ticks:2,before:2")
 	ctx := context.Background()
 	client, _, err := kkin.NewClients(ctx, "us-east-1", kin.URL(), "")

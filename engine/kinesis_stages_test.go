@@ -38,11 +38,7 @@ dead_letter: {topic: kin2.dlq}
 // every shard and both make all their candles, equal to a replay of the
 // stream.
 func TestKinesisTwoStagesOneStream(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	kin := testkit.KinesisMock(t, "ticks:2")
-	ddb := testkit.Dynalite(t)
+	kin, ddb := kinesisServices(t, "ticks:2")
 	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)

@@ -61,11 +61,7 @@ func TestKinesisSharedKilledAndResharded(t *testing.T) {
 // testKinesisSharedKilledAndResharded runs the scenario with extra settings
 // appended to the source's kinesis mapping.
 func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	kin := testkit.KinesisMock(t, "ticks:4")
-	ddb := testkit.Dynalite(t)
+	kin, ddb := kinesisServices(t, "ticks:4")
 	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)
@@ -333,4 +329,20 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// awsTestEnv gives the AWS SDK the settings it reads from the environment
+// (static test credentials and a region) for the emulators.
+func awsTestEnv(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_REGION", "us-east-1")
+}
+
+// kinesisServices starts what a live Kinesis stage talks to: kinesis-mock
+// with streams ("name:shards,...") and dynalite for its lease table.
+func kinesisServices(t *testing.T, streams string) (kin, ddb *testkit.Service) {
+	t.Helper()
+	awsTestEnv(t)
+	return testkit.KinesisMock(t, streams), testkit.Dynalite(t)
 }

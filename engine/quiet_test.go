@@ -374,11 +374,7 @@ const kinesisDirect5m = `  d5m: {kind: candles, from: ticks, timeframe: 5m, max_
 // replay's direct 5m processor; Z, whose run only the wall clock ends, is
 // checked to close at all).
 func TestKinesisRollupOfQuietKeys(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-	kin := testkit.KinesisMock(t, "ticks:1")
-	ddb := testkit.Dynalite(t)
+	kin, ddb := kinesisServices(t, "ticks:1")
 	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)
