@@ -33,53 +33,28 @@ import (
 // the cursor, exactly the candles on the output topics, plus the open
 // window from the active hash. The hot horizon puts the hot/cold boundary
 // in the middle of the data, so ranges cross it.
+//
+// The processors run as shipped (lateness, idle_timeout, max_future): the
+// history is the last hours before the wall clock, produced at once as a
+// backlog; once caught up, the idle advance closes every window of it. The
+// open window comes from a trade stamped with the wall clock early in its
+// minute, so it is still open (the idle advance closes it idle_timeout +
+// lateness after the minute ends) while serve's answers are compared.
 func TestServeEqualsTopics(t *testing.T) {
-	// Override, on purpose: this test needs a window that stays open (it
-	// exists only in the live hash) while serve's answers are compared, and
-	// the January history it opens it in is months behind the clock. With
-	// the shipped idle_timeout the caught-up partition advances to the wall
-	// clock, so that trade would be late, and any open window closes
-	// idle_timeout after the input stops. The other sink tests run the
-	// shipped idle advance on the same harness.
-	h := newSXHarnessWith(t, func(top string) string {
-		return strings.Replace(top, "max_idle: 10m,", "idle_timeout: 0s,", 1)
-	})
+	h := newSXHarness(t)
 	defer h.shutdown()
 	cfg := sxStream(3000, 100*time.Minute)
+	// H (sxHourEnd) is then 1 to 2 hours before now: the closers, stamped
+	// lateness after H, and every key's run of gap candles (max_idle after
+	// its last trade) are in the past, so no record is future or late and
+	// the candles settle before the open window.
+	cfg.Start = time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
 	h.startRun()
 	h.produce(cfg, 0)
 	h.waitClosed(cfg, 40*time.Second)
-	truth := h.topicCandles()
+	truth := h.waitSettled(cfg, 40*time.Second)
 	h.waitSinks(truth, wantLedger(t, cfg), 30*time.Second)
-
-	// One more trade opens the window at H for one symbol: it stays open
-	// (the watermark is H + 28s) and lives only in the active hash.
 	H := sxHourEnd(cfg)
-	sym := cfg.Symbols[0]
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	v := fmt.Sprintf(`{"symbol":%q,"ts":%d,"price":"123.45","qty":"0.5","trade_id":"open-1"}`, sym, H+30_000)
-	if err := cl.ProduceSync(h.ctx, &kgo.Record{Topic: "trades", Key: []byte(sym), Value: []byte(v)}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	open := candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: H, CloseTime: H + 60_000,
-		Open: decimal.MustParse("123.45"), High: decimal.MustParse("123.45"), Low: decimal.MustParse("123.45"),
-		Close: decimal.MustParse("123.45"), Volume: decimal.MustParseSum("0.5"), QuoteVolume: decimal.MustParseSum("61.725"), Trades: 1}
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		got, _ := h.vk.Do(h.ctx, h.vk.B().Hget().Key("candle:active:1m:"+sym).Field("open_time").Build()).ToString()
-		if got == fmt.Sprint(H) {
-			break
-		}
-		h.running()
-		if time.Now().After(deadline) {
-			t.Fatalf("the open window never reached the active hash (open_time %q)", got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	truth[sxKey(open)] = open
 
 	// kandle serve's own wiring over the topology's sinks.
 	top, err := loadTopology(h.top)
@@ -94,7 +69,7 @@ func TestServeEqualsTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeStores()
-	now := time.UnixMilli(H).Add(10 * time.Minute) // boundary at H − 50m; the data spans H − 2h .. H
+	now := time.UnixMilli(H).Add(10 * time.Minute) // boundary at H − 50m; the history spans H − 2h .. H
 	o.Now = func() time.Time { return now }
 	srv, err := serve.New(o)
 	if err != nil {
@@ -110,6 +85,45 @@ func TestServeEqualsTopics(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	base := "http://" + ln.Addr().String()
 
+	// One more trade, stamped with the wall clock, opens the window at M for
+	// one symbol (a new run: its last one ended max_idle after its last
+	// trade). The idle advance moves the watermark to the clock −
+	// idle_timeout − lateness, so the window stays open until idle_timeout +
+	// lateness after the minute ends (M + 67s as shipped) and lives only in
+	// the active hash; it is sent in the first seconds of a minute so the
+	// comparisons below fit in it.
+	if n := time.Now(); n.Sub(n.Truncate(time.Minute)) > 2*time.Second {
+		time.Sleep(n.Truncate(time.Minute).Add(time.Minute + 50*time.Millisecond).Sub(n)) // wait for the wall clock, not for a condition
+	}
+	sym := cfg.Symbols[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.broker), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ts := time.Now().UnixMilli()
+	M := ts - ts%60_000
+	v := fmt.Sprintf(`{"symbol":%q,"ts":%d,"price":"123.45","qty":"0.5","trade_id":"open-1"}`, sym, ts)
+	if err := cl.ProduceSync(h.ctx, &kgo.Record{Topic: "trades", Key: []byte(sym), Value: []byte(v)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	open := candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: M, CloseTime: M + 60_000,
+		Open: decimal.MustParse("123.45"), High: decimal.MustParse("123.45"), Low: decimal.MustParse("123.45"),
+		Close: decimal.MustParse("123.45"), Volume: decimal.MustParseSum("0.5"), QuoteVolume: decimal.MustParseSum("61.725"), Trades: 1}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		got, _ := h.vk.Do(h.ctx, h.vk.B().Hget().Key("candle:active:1m:"+sym).Field("open_time").Build()).ToString()
+		if got == fmt.Sprint(M) {
+			break
+		}
+		h.running()
+		if time.Now().After(deadline) {
+			t.Fatalf("the open window never reached the active hash (open_time %q)", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	truth[sxKey(open)] = open
+	began := time.Now()
+
 	bySeries := map[[2]string][]candle.Candle{}
 	for _, c := range truth {
 		k := [2]string{c.Symbol, c.Timeframe}
@@ -119,8 +133,8 @@ func TestServeEqualsTopics(t *testing.T) {
 		sort.Slice(cs, func(i, j int) bool { return cs[i].OpenTime < cs[j].OpenTime })
 	}
 	r := rand.New(rand.NewPCG(11, 12))
-	lo, hi := H-3*3_600_000, H+3_600_000
-	crossed := 0
+	lo, hi := H-3*3_600_000, M+3_600_000
+	crossed, withOpen := 0, 0
 	for i := 0; i < 120; i++ {
 		s := cfg.Symbols[r.IntN(len(cfg.Symbols))]
 		if i%4 == 0 {
@@ -129,6 +143,13 @@ func TestServeEqualsTopics(t *testing.T) {
 		tf := []string{"1m", "1m", "5m", "1h"}[r.IntN(4)]
 		from := lo + r.Int64N(hi-lo)
 		to := from + 1 + r.Int64N(hi-from)
+		if i%8 == 0 { // a range holding the open window
+			tf, from = "1m", lo+r.Int64N(M-lo)
+			to = M + 1 + r.Int64N(hi-M)
+		}
+		if s == sym && tf == "1m" && from <= M && to > M {
+			withOpen++
+		}
 		limit := 1 + r.IntN(300)
 		order := []string{"asc", "desc"}[r.IntN(2)]
 		var want []string
@@ -178,6 +199,40 @@ func TestServeEqualsTopics(t *testing.T) {
 	if crossed < 20 {
 		t.Fatalf("only %d ranges crossed the hot/cold boundary", crossed)
 	}
+	if withOpen < 15 {
+		t.Fatalf("only %d ranges held the open window", withOpen)
+	}
+	// The window was open through every comparison: the 1m topic still
+	// lacks it (closing is for good); and no trade was late or future.
+	for _, r := range testkit.ReadTopic(t, []string{h.broker}, "sx.1m") {
+		if c, err := candle.ParseJSON(r.Value); err == nil && sxKey(c) == sxKey(open) {
+			t.Fatalf("the open window closed while serve's answers were compared (%v after it opened at %s); the comparisons must fit in it",
+				time.Since(began), time.UnixMilli(M).UTC().Format(time.TimeOnly))
+		}
+	}
+	// A duplicate of a trade whose window closed is late by design; a trade
+	// late at its first copy is not.
+	first := map[string]int64{} // partition and record → its first offset
+	for _, r := range testkit.ReadTopic(t, []string{h.broker}, "trades") {
+		if k := fmt.Sprint(r.Partition, string(r.Value)); first[k] == 0 {
+			first[k] = r.Offset + 1
+		}
+	}
+	for _, r := range testkit.ReadTopic(t, []string{h.broker}, "sx.dlq") {
+		var d struct {
+			Reason    string `json:"reason"`
+			Partition int32  `json:"partition"`
+			Offset    int64  `json:"offset"`
+			Record    string `json:"record"`
+		}
+		if err := json.Unmarshal(r.Value, &d); err != nil {
+			t.Fatalf("dead letter %s: %v", r.Value, err)
+		}
+		if d.Reason == "future" || d.Reason == "late" && first[fmt.Sprint(d.Partition, d.Record)] == d.Offset+1 {
+			t.Errorf("a trade was dead-lettered %s: %s", d.Reason, r.Value)
+		}
+	}
+	t.Logf("%d ranges compared in %v, %d crossing the hot/cold boundary, %d holding the open window", 120, time.Since(began), crossed, withOpen)
 	if reads, bytes := o.Cold.(coldStore).r.ReadStats(); reads == 0 || bytes == 0 {
 		t.Fatalf("the lake was never read (%d reads, %d bytes): ranges older than the horizon must come from cold", reads, bytes)
 	}
