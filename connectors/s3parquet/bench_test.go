@@ -74,12 +74,24 @@ func benchWrite(b *testing.B, cfg Config) {
 }
 
 // BenchmarkSinkVsIdeal compares one flush of the sink (shipped defaults: up
-// to `concurrency` objects at a time, each a GET that finds nothing, a
-// Parquet encode and a conditional PUT) with an ideal client that only PUTs the same
+// to `concurrency` objects at a time) with an ideal client that only PUTs the same
 // bytes (encoded beforehand by the sink's encoder) from N writers, against
 // the same store. 9,600 1m candles of 200 symbols (one object each) are
 // buffered below every flush threshold, so the flush at the end writes 200
-// fresh objects; every pass writes under a new prefix. The sink runs with
+// objects; every pass writes under a new prefix. Two cases:
+//
+//   - first_flush: the objects are new. Each is a GET that finds nothing, a
+//     Parquet encode and a conditional PUT (If-None-Match: *); the ideal
+//     client PUTs with the same condition.
+//   - next_flush: the steady state. The first 24 minutes were flushed
+//     before the clock starts (by the same sink; for the ideal client, PUT
+//     and their ETags read), and the timed flush adds the last 24 minutes
+//     (4,800 candles) to the same 200 objects. The sink writes from its
+//     write cache (encode and PUT with If-Match, no GET; with
+//     unconditional_writes it reads first); the ideal client PUTs the whole
+//     objects with If-Match.
+//
+// The sink runs with
 // the shipped concurrency and with four times it, the ideal client with as
 // many writers. The machine is shared and noisy, so every round runs each
 // contestant once, in a rotating order; each reports candles/s over all
@@ -91,22 +103,25 @@ func BenchmarkSinkVsIdeal(b *testing.B) {
 	// combine with a CA bundle from the environment; the emulators here
 	// speak plain HTTP on loopback, so no CA bundle is needed.
 	b.Setenv("AWS_CA_BUNDLE", "")
-	b.Run("gofakes3", func(b *testing.B) {
-		benchVsIdeal(b, newFakeS3(b, "bench").config("bench"))
-	})
-	b.Run("s3rver", func(b *testing.B) {
-		srv := testkit.S3rver(b)
-		c := s3Client(srv.URL(), "S3RVER", "S3RVER")
-		if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bench")}); err != nil {
-			b.Fatal(err)
-		}
-		benchVsIdeal(b, Config{URL: "s3://bench", Endpoint: srv.URL(), PathStyle: true,
-			Credentials:         credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""),
-			UnconditionalWrites: true}) // s3rver ignores If-Match / If-None-Match
-	})
+	for _, steady := range []bool{false, true} {
+		name := map[bool]string{false: "first_flush", true: "next_flush"}[steady]
+		b.Run("gofakes3/"+name, func(b *testing.B) {
+			benchVsIdeal(b, newFakeS3(b, "bench").config("bench"), steady)
+		})
+		b.Run("s3rver/"+name, func(b *testing.B) {
+			srv := testkit.S3rver(b)
+			c := s3Client(srv.URL(), "S3RVER", "S3RVER")
+			if _, err := c.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String("bench")}); err != nil {
+				b.Fatal(err)
+			}
+			benchVsIdeal(b, Config{URL: "s3://bench", Endpoint: srv.URL(), PathStyle: true,
+				Credentials:         credentials.NewStaticCredentialsProvider("S3RVER", "S3RVER", ""),
+				UnconditionalWrites: true}, steady) // s3rver ignores If-Match / If-None-Match
+		})
+	}
 }
 
-func benchVsIdeal(b *testing.B, base Config) {
+func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	ctx := context.Background()
 	const nsym, rows = 200, 48
 	day := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
@@ -123,23 +138,34 @@ func benchVsIdeal(b *testing.B, base Config) {
 	if len(cs) >= shipped.FlushRows {
 		b.Fatalf("%d candles reach flush_rows %d: the flush would not be the one at the end", len(cs), shipped.FlushRows)
 	}
-	// The objects the sink writes: one per symbol, its candles by open_time.
-	series := map[string][]candle.Candle{}
-	for _, c := range cs {
-		series[c.Symbol] = append(series[c.Symbol], c)
+	// before: flushed before the clock starts (next_flush); timed: the
+	// candles of the timed flush.
+	before, timed := cs[:0], cs
+	if steady {
+		before, timed = cs[:len(cs)/2], cs[len(cs)/2:]
 	}
 	type object struct {
 		key  string
 		data []byte
 	}
-	objs := make([]object, 0, nsym)
-	for sym, sc := range series {
-		data, err := encode(sc, shipped.RowGroupRows)
-		if err != nil {
-			b.Fatal(err)
+	// objects returns what the sink writes for cs: one object per symbol,
+	// its candles by open_time.
+	objects := func(cs []candle.Candle) []object {
+		series := map[string][]candle.Candle{}
+		for _, c := range cs {
+			series[c.Symbol] = append(series[c.Symbol], c)
 		}
-		objs = append(objs, object{PartitionPath("1m", sym, day), data})
+		objs := make([]object, 0, nsym)
+		for sym, sc := range series {
+			data, err := encode(sc, shipped.RowGroupRows)
+			if err != nil {
+				b.Fatal(err)
+			}
+			objs = append(objs, object{PartitionPath("1m", sym, day), data})
+		}
+		return objs
 	}
+	objs, objsBefore := objects(cs), objects(before)
 	newAt := func(prefix string, hc *inflight, concurrency int) *Sink {
 		cfg := base
 		cfg.Concurrency = concurrency
@@ -155,23 +181,41 @@ func benchVsIdeal(b *testing.B, base Config) {
 	sinkPass := func(conc int, hc *inflight) time.Duration {
 		run++
 		s := newAt(fmt.Sprintf("sink-%d", run), hc, conc)
-		hc.start()
-		defer hc.stop()
-		t0 := time.Now()
-		for i := 0; i < len(cs); i += 1000 {
-			if err := s.Write(ctx, cs[i:min(i+1000, len(cs))]); err != nil {
+		write := func(cs []candle.Candle) {
+			for i := 0; i < len(cs); i += 1000 {
+				if err := s.Write(ctx, cs[i:min(i+1000, len(cs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Flush(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
-		if err := s.Flush(ctx); err != nil {
-			b.Fatal(err)
+		if len(before) > 0 {
+			write(before)
 		}
+		hc.start()
+		defer hc.stop()
+		t0 := time.Now()
+		write(timed)
 		return time.Since(t0)
 	}
 	// ideal pass: PUT every object from writers goroutines.
 	idealPass := func(writers int, hc *inflight) time.Duration {
 		run++
 		st := newAt(fmt.Sprintf("ideal-%d", run), hc, 0).st
+		// The versions the timed PUTs are conditional on (next_flush).
+		version := map[string]string{}
+		for _, o := range objsBefore {
+			if err := st.put(ctx, o.key, o.data, "", false); err != nil {
+				b.Fatal(err)
+			}
+			_, v, _, err := st.get(ctx, o.key)
+			if err != nil {
+				b.Fatal(err)
+			}
+			version[o.key] = v
+		}
 		work := make(chan object, len(objs))
 		for _, o := range objs {
 			work <- o
@@ -185,8 +229,10 @@ func benchVsIdeal(b *testing.B, base Config) {
 		for range writers {
 			wg.Go(func() {
 				for o := range work {
-					// The sink's PUT of a new object: If-None-Match: * (none on s3rver).
-					if err := st.put(ctx, o.key, o.data, "", false); err != nil {
+					// The sink's conditional PUT (none on s3rver): If-None-Match: *
+					// for a new object, else If-Match the version written before.
+					v, found := version[o.key]
+					if err := st.put(ctx, o.key, o.data, v, found); err != nil {
 						errs <- err
 						return
 					}
@@ -224,7 +270,7 @@ func benchVsIdeal(b *testing.B, base Config) {
 			ct.took += ct.pass(ct.hc)
 		}
 	}
-	rate := func(ct *contestant) float64 { return float64(len(cs)*b.N) / ct.took.Seconds() }
+	rate := func(ct *contestant) float64 { return float64(len(timed)*b.N) / ct.took.Seconds() }
 	for _, ct := range cts {
 		mean, _ := ct.hc.stats()
 		b.ReportMetric(rate(ct), ct.name+"_candles/s")

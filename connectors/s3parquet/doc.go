@@ -19,9 +19,10 @@
 // keyed by open_time (the newest write wins), sorts by open_time and
 // rewrites the whole object. Any redelivery or replay converges to the same
 // bytes, whatever the flush timing. The price is a rewrite of the day's
-// object per flush: a flush costs one GET and one PUT per touched
-// partition, and the object is bounded by one day of one symbol and
-// timeframe (86 400 rows for 1s candles, 1 440 for 1m).
+// object per flush: a flush costs one PUT per touched partition, plus one
+// GET unless this sink wrote the object last (see the write cache below),
+// and the object is bounded by one day of one symbol and timeframe
+// (86 400 rows for 1s candles, 1 440 for 1m).
 //
 // On S3 the credentials need s3:GetObject, s3:PutObject and s3:ListBucket
 // on the bucket: without ListBucket, S3 answers a missing object with 403
@@ -42,6 +43,19 @@
 // maxConflicts times per object and flush (kandle_s3parquet_write_conflicts_total
 // counts the refusals, each logged with the object), so the new owner's
 // candles are never lost or rolled back.
+//
+// Because writes are fenced, the read can be skipped when the sink itself
+// wrote the object last: the write cache (Config.WriteCacheBytes, bounded
+// by the estimated memory of the candles, least recently written object
+// dropped first) keeps, per object, the ETag returned by the sink's own
+// last successful PUT and the candles that PUT wrote. The next flush
+// merges into those candles and PUTs with If-Match that ETag. If another
+// writer replaced the object since, the store refuses the PUT; the sink
+// drops the entry, counts the conflict and falls back to reading, merging
+// and writing as above, so the other writer's candles are kept exactly as
+// without the cache. A store that returns no ETag on PUT is not cached;
+// with unconditional_writes (nothing fences a write) the sink always reads.
+// kandle_s3parquet_write_cache_hits_total counts the writes without a read.
 //
 // New checks at start that the store honours the conditions: it writes the
 // probe object ProbeKey under the prefix, then expects a second PUT with

@@ -14,6 +14,7 @@ type metrics struct {
 	retries   prometheus.Counter   // failed attempts that were retried
 	errors    prometheus.Counter   // failed attempts (retried or not)
 	conflicts prometheus.Counter   // conditional writes refused: the object changed since it was read
+	cacheHits prometheus.Counter   // object writes based on the sink's own last write, without a read
 	latency   prometheus.Histogram // one partition's read-merge-write
 	flushes   prometheus.Histogram // one whole flush
 }
@@ -33,6 +34,8 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		errors:   counter("errors_total", "Failed reads or writes, retried or not."),
 		conflicts: counter("write_conflicts_total", "Conditional writes refused because another writer (such as a partition's new owner) "+
 			"replaced the object since it was read; the sink read, merged and wrote again."),
+		cacheHits: counter("write_cache_hits_total", "Object writes that skipped reading the object because this sink wrote it last "+
+			"(write_cache_bytes); the write is still conditional on the object being unchanged."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "object_write_seconds",
 			Help: "Time to read, merge and write one partition object, retries included.", ConstLabels: labels, Buckets: buckets}),
 		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "flush_seconds",
@@ -41,7 +44,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.conflicts, m.latency, m.flushes} {
+	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.conflicts, m.cacheHits, m.latency, m.flushes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics (give each sink its own WithName): %w", err)
 		}

@@ -26,6 +26,7 @@ type Sink struct {
 	m          *metrics
 	clock      Clock
 	minBackoff time.Duration
+	cache      *writeCache // nil with unconditional writes: nothing fences a write based on it
 
 	mu     sync.Mutex
 	closed bool
@@ -67,6 +68,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		cfg: cfg, m: m, clock: o.clock, minBackoff: o.minBackoff,
 		log: o.log.With("sink", o.name, "url", cfg.URL),
 		buf: map[partKey]*part{},
+	}
+	if !cfg.UnconditionalWrites {
+		s.cache = newWriteCache(cfg.WriteCacheBytes)
 	}
 	if loc.isFile() {
 		if err := os.MkdirAll(loc.dir, 0o755); err != nil {
@@ -278,6 +282,25 @@ func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
 	start := time.Now()
 	defer func() { s.m.latency.Observe(time.Since(start).Seconds()) }()
 	key := PartitionPath(k.tf, k.sym, k.day*86_400_000)
+	if e := s.cache.take(key); e != nil {
+		done, err := s.writeCached(ctx, key, p, e)
+		switch {
+		case done:
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return stopped(ctx, key, 1, err)
+		case err == nil:
+			// A pure redelivery: let the read below confirm the object.
+		case errors.Is(err, errConflict):
+			s.m.conflicts.Inc()
+			s.log.Warn("s3parquet: object changed since this sink wrote it (another writer, such as the partition's new owner, replaced it); reading and merging",
+				"object", s.st.where(key), "timeframe", k.tf, "symbol", k.sym, "candles", len(p.byOpen))
+		default:
+			s.m.errors.Inc()
+			s.log.Warn("s3parquet: write failed, reading the object and retrying", "object", s.st.where(key), "err", err)
+		}
+		// Fall back to reading the object: the cache entry is gone.
+	}
 	policy := sinkkit.Backoff{Min: s.minBackoff, Max: s.cfg.MaxBackoff}
 	for conflicts := 0; ; conflicts++ {
 		err := s.retry(ctx, key, func(ctx context.Context) error { return s.merge(ctx, key, p) })
@@ -296,6 +319,35 @@ func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
 			return stopped(ctx, key, conflicts+1, err)
 		}
 	}
+}
+
+// writeCached is one merge-write of the object at key without reading it:
+// e says what this sink's own last write put there. The PUT is
+// conditional on the object still being that write (If-Match its
+// version), so if anyone else wrote it since, it fails with errConflict
+// and upsert reads the object instead. It does nothing (done=false) when
+// p changes nothing in e: a redelivery is checked against the object
+// itself, as without the cache.
+func (s *Sink) writeCached(ctx context.Context, key string, p *part, e *cached) (done bool, err error) {
+	cs, changed := overlay(e.rows, p.byOpen)
+	if !changed {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	s.m.cacheHits.Inc()
+	data, err := encode(cs, s.cfg.RowGroupRows)
+	if err != nil {
+		return false, err
+	}
+	var version string
+	if err := s.st.put(withPutVersion(ctx, &version), key, data, e.version, true); err != nil {
+		return false, err
+	}
+	s.cache.store(key, version, cs)
+	s.m.objects.Inc()
+	s.m.bytes.Add(float64(len(data)))
+	return true, nil
 }
 
 // maxConflicts bounds the read-merge-write rounds of one object in one flush.
@@ -326,20 +378,27 @@ func (s *Sink) merge(ctx context.Context, key string, p *part) error {
 	for _, c := range merged {
 		cs = append(cs, c)
 	}
-	slices.SortFunc(cs, func(a, b candle.Candle) int { return cmp.Compare(a.OpenTime, b.OpenTime) })
+	sortByOpen(cs)
 	data, err := encode(cs, s.cfg.RowGroupRows)
 	if err != nil {
 		return err
 	}
 	if found && string(data) == string(old) {
+		s.cache.store(key, version, cs)
 		return nil // a pure redelivery: the object already says this
 	}
-	if err := s.st.put(ctx, key, data, version, found); err != nil {
+	var written string
+	if err := s.st.put(withPutVersion(ctx, &written), key, data, version, found); err != nil {
 		return err
 	}
+	s.cache.store(key, written, cs)
 	s.m.objects.Inc()
 	s.m.bytes.Add(float64(len(data)))
 	return nil
+}
+
+func sortByOpen(cs []candle.Candle) {
+	slices.SortFunc(cs, func(a, b candle.Candle) int { return cmp.Compare(a.OpenTime, b.OpenTime) })
 }
 
 // candleBytes estimates the memory one buffered candle takes.

@@ -31,7 +31,8 @@ type store interface {
 	// put stores data under key, replacing the object atomically, if the
 	// object is still at version (found=false: if it still does not
 	// exist). Otherwise it writes nothing and returns an error wrapping
-	// errConflict.
+	// errConflict. After a write it reports the new object's version with
+	// reportPutVersion(ctx, …) (nothing when the store returned none).
 	put(ctx context.Context, key string, data []byte, version string, found bool) error
 	// where names key for messages ("s3://b/p/key", "/dir/key").
 	where(key string) string
@@ -99,12 +100,14 @@ func (s *s3Store) put(ctx context.Context, k string, data []byte, version string
 			in.IfNoneMatch = aws.String("*")
 		}
 	}
-	if _, err := s.client.PutObject(ctx, in); err != nil {
+	out, err := s.client.PutObject(ctx, in)
+	if err != nil {
 		if !s.unconditional && conflict(err) {
 			return fmt.Errorf("put %s: %w: %w", s.where(k), errConflict, err)
 		}
 		return fmt.Errorf("put %s: %w", s.where(k), err)
 	}
+	reportPutVersion(ctx, aws.ToString(out.ETag))
 	return nil
 }
 
@@ -161,7 +164,7 @@ const LockName = ".kandle-lake.lock"
 // and renames the temp file over it. Readers see the old or the
 // new file, never a torn one, and a writer that was paused between its read
 // and its write cannot replace what another wrote meanwhile.
-func (f *fileStore) put(_ context.Context, k string, data []byte, version string, found bool) error {
+func (f *fileStore) put(ctx context.Context, k string, data []byte, version string, found bool) error {
 	dst := f.where(k)
 	dir := filepath.Dir(dst)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -212,6 +215,7 @@ func (f *fileStore) put(_ context.Context, k string, data []byte, version string
 		return fmt.Errorf("rename to %s: %w", dst, err)
 	}
 	done = true
+	reportPutVersion(ctx, fileVersion(data))
 	// Sync the folder so the rename itself survives a power cut.
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()

@@ -1,0 +1,197 @@
+package s3parquet
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kandle/kandle/candle"
+)
+
+// requestCounter counts the requests on partition objects that pass
+// through it to the S3 server, by method.
+type requestCounter struct {
+	inner http.Handler
+	mu    sync.Mutex
+	n     map[string]int
+}
+
+func (c *requestCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, ".parquet") {
+		c.mu.Lock()
+		c.n[r.Method]++
+		c.mu.Unlock()
+	}
+	c.inner.ServeHTTP(w, r)
+}
+
+// take returns the counts so far and starts again from zero.
+func (c *requestCounter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = map[string]int{}
+	return n
+}
+
+// countedSink starts a sink on f whose requests go through a requestCounter.
+func countedSink(t *testing.T, f *fakeS3, cfg Config, reg *prometheus.Registry) (*Sink, *requestCounter) {
+	t.Helper()
+	rc := &requestCounter{inner: f.handler, n: map[string]int{}}
+	srv := httptest.NewServer(rc)
+	t.Cleanup(srv.Close)
+	cfg.Endpoint = srv.URL
+	s, err := New(context.Background(), cfg, WithLogger(quietLogger()), WithRegisterer(reg),
+		WithClock(&fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}), WithMinBackoff(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, rc
+}
+
+// TestSteadyFlushesDoNoGet: once the sink has written an object, its next
+// flushes of that object write it without reading it (the write cache),
+// and the objects still hold exactly every candle. With
+// unconditional_writes nothing fences such a write, so every flush reads.
+func TestSteadyFlushesDoNoGet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	all := dayCandles()
+	other := func(cs []candle.Candle) []candle.Candle { // the same minutes of a second symbol
+		out := make([]candle.Candle, len(cs))
+		for i, c := range cs {
+			c.Symbol = "ETH/USDT"
+			out[i] = c
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name          string
+		unconditional bool
+	}{{"conditional (shipped)", false}, {"unconditional_writes", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeS3(t, "lake")
+			cfg := f.config("lake/candles")
+			cfg.UnconditionalWrites = tc.unconditional
+			reg := prometheus.NewRegistry()
+			s, rc := countedSink(t, f, cfg, reg)
+			var written []candle.Candle
+			for round, lo := range []int{0, 300, 600, 900, 1200} {
+				set := all[lo : lo+240]
+				set = append(set, other(set)...)
+				written = append(written, set...)
+				writeBatches(t, s, set, 100)
+				if err := s.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				want := map[string]int{http.MethodPut: 2}
+				if round == 0 || tc.unconditional {
+					want[http.MethodGet] = 2
+				}
+				if n := rc.take(); !maps.Equal(n, want) {
+					t.Fatalf("flush %d: requests on objects %v, want %v", round, n, want)
+				}
+			}
+			checkObjects(t, listObjects(t, f.client(), "lake"), expectedObjects("candles", written))
+			hits := counter(t, reg, "kandle_s3parquet_write_cache_hits_total")
+			if want := map[bool]float64{false: 8, true: 0}[tc.unconditional]; hits != want {
+				t.Fatalf("write cache hits = %v, want %v", hits, want)
+			}
+		})
+	}
+}
+
+// TestWriteCacheStaleDetected: the sink wrote an object and remembers it;
+// another writer (the partition's new owner) then writes the same object.
+// The sink's next flush, based on its own stale write, is refused by the
+// store (If-Match), so it reads the object, merges and keeps every candle
+// of the other writer. Without the If-Match, its write would roll the
+// other writer's candles back.
+func TestWriteCacheStaleDetected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	all := dayCandles()
+	set1, set2, set3 := all[:400], all[400:800], all[800:]
+	f := newFakeS3(t, "lake")
+	reg := prometheus.NewRegistry()
+	a, rc := countedSink(t, f, f.config("lake/candles"), reg)
+	writeBatches(t, a, set1, 100)
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a.cache.len() != 1 {
+		t.Fatalf("%d objects cached after the first flush, want 1", a.cache.len())
+	}
+
+	b, err := New(ctx, f.config("lake/candles"), WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeBatches(t, b, set2, 100)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rc.take()
+	writeBatches(t, a, set3, 100)
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkObjects(t, listObjects(t, f.client(), "lake"), expectedObjects("candles", all))
+	if n := counter(t, reg, "kandle_s3parquet_write_conflicts_total"); n != 1 {
+		t.Fatalf("write conflicts = %v, want 1 (the write based on the stale entry)", n)
+	}
+	if n := rc.take(); n[http.MethodGet] != 1 || n[http.MethodPut] != 2 {
+		t.Fatalf("requests on the object = %v, want the refused PUT, then 1 GET and 1 PUT", n)
+	}
+	// The entry is fresh again: the next flush writes without a read.
+	writeBatches(t, a, set1[:10], 10)
+	redo := append([]candle.Candle{}, set3[:5]...)
+	for i := range redo {
+		redo[i].Trades += 1000 // a newer write of these minutes
+	}
+	writeBatches(t, a, redo, 10)
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rc.take(); n[http.MethodGet] != 0 || n[http.MethodPut] != 1 {
+		t.Fatalf("requests on the object = %v, want 1 PUT and no GET", n)
+	}
+	checkObjects(t, listObjects(t, f.client(), "lake"), expectedObjects("candles", append(append([]candle.Candle{}, all...), redo...)))
+}
+
+// TestWriteCacheBounded: the cache keeps the most recently written objects
+// within write_cache_bytes and forgets the rest.
+func TestWriteCacheBounded(t *testing.T) {
+	rows := dayCandles()[:10] // 10 candles of about 210 bytes
+	one := 0
+	for i := range rows {
+		one += candleBytes(&rows[i])
+	}
+	c := newWriteCache(2*one + one/2)
+	c.store("a", `"1"`, rows)
+	c.store("b", `"2"`, rows)
+	c.store("c", `"3"`, rows) // evicts a, the least recently written
+	if c.len() != 2 || c.take("a") != nil {
+		t.Fatalf("after 3 objects in room for 2: %d cached, a still there", c.len())
+	}
+	if e := c.take("b"); e == nil || e.version != `"2"` || len(e.rows) != 10 {
+		t.Fatalf("b = %+v", e)
+	}
+	if c.take("b") != nil {
+		t.Fatal("take left the entry in place")
+	}
+	c.store("d", "", rows) // a store without ETags: not cached
+	big := append(append(append([]candle.Candle{}, rows...), rows...), rows...)
+	c.store("e", `"5"`, big) // larger than the whole cache
+	if c.len() != 1 || c.take("d") != nil || c.take("e") != nil {
+		t.Fatalf("cached %d, want only c", c.len())
+	}
+}
