@@ -31,7 +31,7 @@ func (s *Sink) Page(ctx context.Context, symbol, tf string, from, to int64, limi
 		for _, it := range items {
 			c, err := itemCandle(it)
 			if err != nil {
-				return nil, fmt.Errorf("dynamodb Page %s %s: %w", symbol, tf, err)
+				return nil, fmt.Errorf("dynamodb candles %s %s: %w", symbol, tf, err)
 			}
 			if c.OpenTime >= from && c.OpenTime < to {
 				out = append(out, c)

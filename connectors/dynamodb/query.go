@@ -49,31 +49,7 @@ func (s *Sink) Latest(ctx context.Context, symbol, tf string) (c candle.Candle, 
 // Range returns the candles of symbol and timeframe with open_time in
 // [from, to), oldest first, following Query pagination.
 func (s *Sink) Range(ctx context.Context, symbol, tf string, from, to int64) ([]candle.Candle, error) {
-	if to <= from {
-		return nil, nil
-	}
-	pks, err := s.partitions(symbol, tf)
-	if err != nil {
-		return nil, err
-	}
-	var out []candle.Candle
-	for _, pk := range pks {
-		items, err := s.query(ctx, s.keyCond(pk, &[2]int64{from, to}), true, 0)
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range items {
-			c, err := itemCandle(it)
-			if err != nil {
-				return nil, fmt.Errorf("dynamodb Range %s %s: %w", symbol, tf, err)
-			}
-			if c.OpenTime >= from && c.OpenTime < to {
-				out = append(out, c)
-			}
-		}
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].OpenTime < out[j].OpenTime })
-	return out, nil
+	return s.Page(ctx, symbol, tf, from, to, 0, false)
 }
 
 // LatestMany returns the newest candle of each symbol (symbols without one
