@@ -51,12 +51,7 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	seeds := b.Addrs()
+	seeds := devBroker(t)
 	top, err := topology.Parse("e2e.yaml", fmt.Appendf(nil, e2eTopology, seeds[0]), topology.Registry{})
 	if err != nil {
 		t.Fatal(err)
@@ -531,12 +526,7 @@ func partitionKeys(t *testing.T, f *fixture, parts []int32) map[string]bool {
 // its input). The processor runs with the shipped idle_timeout, max_future
 // and lateness.
 func TestIdleAdvanceLiveOnly(t *testing.T) {
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	seeds := b.Addrs()
+	seeds := devBroker(t)
 	top, err := topology.Parse("idle.yaml", fmt.Appendf(nil, `
 name: idle
 brokers: [%s]
@@ -590,4 +580,16 @@ processors:
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// devBroker starts a dev broker on a free loopback port for one test (closed
+// when the test ends) and returns its seed addresses.
+func devBroker(t *testing.T) []string {
+	t.Helper()
+	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b.Addrs()
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/candle"
-	"github.com/kandle/kandle/connectors/kafka"
 	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
@@ -39,13 +38,9 @@ dead_letter: {topic: kin2.dlq}
 // stream.
 func TestKinesisTwoStagesOneStream(t *testing.T) {
 	kin, ddb := kinesisServices(t, "ticks:2")
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	seeds := devBroker(t)
 	path := filepath.Join(t.TempDir(), "kin2.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTwoStages, b.Addrs()[0], kin.URL(), ddb.URL()), 0o644); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTwoStages, seeds[0], kin.URL(), ddb.URL()), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	top, err := topology.Load(path, topology.Registry{})
@@ -69,10 +64,10 @@ func TestKinesisTwoStagesOneStream(t *testing.T) {
 	topics := []string{"k2.1s", "k2.2s"}
 	var want, got map[string][]string
 	for deadline := time.Now().Add(90 * time.Second); ; {
-		want = kinesisReplay(t, top, b.Addrs())
+		want = kinesisReplay(t, top, seeds)
 		got = map[string][]string{}
 		for _, topic := range topics {
-			for _, r := range testkit.ReadTopic(t, b.Addrs(), topic) {
+			for _, r := range testkit.ReadTopic(t, seeds, topic) {
 				got[topic] = append(got[topic], string(r.Value))
 			}
 			sort.Strings(got[topic])
@@ -101,7 +96,7 @@ func TestKinesisTwoStagesOneStream(t *testing.T) {
 		}
 	}
 	// Each stage's leases: every shard, in its own namespace of the table.
-	all, err := engine.Offsets(context.Background(), top, b.Addrs())
+	all, err := engine.Offsets(context.Background(), top, seeds)
 	if err != nil {
 		t.Fatal(err)
 	}

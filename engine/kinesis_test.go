@@ -19,7 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/kandle/kandle/candle"
-	"github.com/kandle/kandle/connectors/kafka"
 	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/gen"
@@ -62,13 +61,9 @@ func TestKinesisSharedKilledAndResharded(t *testing.T) {
 // appended to the source's kinesis mapping.
 func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	kin, ddb := kinesisServices(t, "ticks:4")
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	seeds := devBroker(t)
 	path := filepath.Join(t.TempDir(), "kin.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTopology, b.Addrs()[0], kin.URL(), ddb.URL(), kinesisExtra), 0o644); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTopology, seeds[0], kin.URL(), ddb.URL(), kinesisExtra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	top, err := topology.Load(path, topology.Registry{})
@@ -130,10 +125,10 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	topics := []string{"k.1s", "k.5s"}
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		want = kinesisReplay(t, top, b.Addrs())
+		want = kinesisReplay(t, top, seeds)
 		got := map[string][]string{}
 		for _, topic := range topics {
-			for _, r := range testkit.ReadTopic(t, b.Addrs(), topic) {
+			for _, r := range testkit.ReadTopic(t, seeds, topic) {
 				if !engine.IsQuietRecord(r) {
 					got[topic] = append(got[topic], string(r.Value))
 				}
@@ -154,7 +149,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 	if len(want["k.1s"]) < 10*10 { // 14 s of trades, closed up to 2 s (lateness) before the last
 		t.Fatalf("only %d 1s candles", len(want["k.1s"]))
 	}
-	checkKinesisOffsets(t, top, b.Addrs(), *sh.ShardId)
+	checkKinesisOffsets(t, top, seeds, *sh.ShardId)
 	// An oracle that shares no resharding code: every record in put order
 	// through one partition. No trade is late (disorder < lateness), so up to
 	// the point every shard's watermark has passed, the candles are the same.

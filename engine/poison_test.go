@@ -156,12 +156,7 @@ func checkPoisonOutputs(t *testing.T, seeds []string, in poisonInput, within tim
 // poisonSetup starts a dev broker with the poison input and parses the
 // topology for it.
 func poisonSetup(t *testing.T) ([]string, *topology.Topology, poisonInput) {
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
-	seeds := b.Addrs()
+	seeds := devBroker(t)
 	top, err := topology.Parse("poison.yaml", fmt.Appendf(nil, poisonTopology, seeds[0]), topology.Registry{})
 	if err != nil {
 		t.Fatal(err)

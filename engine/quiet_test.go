@@ -157,12 +157,7 @@ func sameSymbols(a, b map[string][]string, skip string) string {
 // (tombstones in the changelog, nothing left in Pebble); a sink reading the
 // topics that carry quiet records gets every candle and no error.
 func TestLiveRollupOfQuietKeys(t *testing.T) {
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	seeds := b.Addrs()
+	seeds := devBroker(t)
 	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{Sinks: map[string]topology.SinkKind{
 		"memory": {Name: "memory", Doc: "test sink", New: func() any { return &struct{}{} }}}})
 	if err != nil {
@@ -375,14 +370,10 @@ const kinesisDirect5m = `  d5m: {kind: candles, from: ticks, timeframe: 5m, max_
 // checked to close at all).
 func TestKinesisRollupOfQuietKeys(t *testing.T) {
 	kin, ddb := kinesisServices(t, "ticks:1")
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	seeds := devBroker(t)
 	load := func(extra string) *topology.Topology {
 		path := filepath.Join(t.TempDir(), "kinquiet.yaml")
-		if err := os.WriteFile(path, fmt.Appendf(nil, kinesisQuietTopology, b.Addrs()[0], kin.URL(), ddb.URL(), extra), 0o644); err != nil {
+		if err := os.WriteFile(path, fmt.Appendf(nil, kinesisQuietTopology, seeds[0], kin.URL(), ddb.URL(), extra), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		top, err := topology.Load(path, topology.Registry{})
@@ -409,7 +400,7 @@ func TestKinesisRollupOfQuietKeys(t *testing.T) {
 		}
 	}
 	var rec recordingOutput
-	if _, err := engine.Replay(ctx, oracle, b.Addrs(), engine.ReplayOptions{
+	if _, err := engine.Replay(ctx, oracle, seeds, engine.ReplayOptions{
 		Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Out: &rec}); err != nil {
 		t.Fatal(err)
 	}
@@ -431,14 +422,14 @@ func TestKinesisRollupOfQuietKeys(t *testing.T) {
 	defer r.stop(t)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		roll, _ := bySymbol(t, b.Addrs(), "k.5m")
+		roll, _ := bySymbol(t, seeds, "k.5m")
 		diff := sameSymbols(roll, direct, "Z")
 		for _, sym := range []string{"A", "B", "C", "Z"} {
 			if len(roll[sym]) == 0 {
 				diff += "no 5m candle of " + sym + " yet\n"
 			}
 		}
-		_, quiet := bySymbol(t, b.Addrs(), "k.1m")
+		_, quiet := bySymbol(t, seeds, "k.1m")
 		if quiet == 0 {
 			diff += "no quiet record on k.1m yet\n"
 		}
@@ -457,12 +448,7 @@ func TestKinesisRollupOfQuietKeys(t *testing.T) {
 // quiet records of c.1m, fed with its candles through a rollup, give the
 // replay's own 5m rollup.
 func TestReplayToTopicsWritesQuietRecords(t *testing.T) {
-	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	seeds := b.Addrs()
+	seeds := devBroker(t)
 	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{Sinks: map[string]topology.SinkKind{
 		"memory": {Name: "memory", Doc: "test sink", New: func() any { return &struct{}{} }}}})
 	if err != nil {
