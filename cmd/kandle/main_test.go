@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 // own dev broker and emulators on free ports, its own temp dirs, no
 // environment changes — so it runs alongside the other such tests instead
 // of after them. The waiting uses little CPU (two of these tests at once
-// keep about two thirds of a core busy), and go test runs at most
+// keep less than two thirds of a core busy), and go test runs at most
 // -parallel of them at once (GOMAXPROCS by default: two on a 2-core
 // machine). `make soak` (KANDLE_SOAK=1) runs its long tests one at a time,
 // as before, so each soak has the machine to itself.
