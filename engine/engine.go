@@ -505,7 +505,11 @@ func (e *Engine) runLiveStage(ctx context.Context, spec *stageSpec, st *liveStag
 }
 
 // isFencedProducer reports a transactional producer fenced for good: only
-// a new client (a new InitProducerID) can produce again.
+// a new client (a new InitProducerID) can produce again. INVALID_TXN_STATE
+// belongs here too: a zombie thawed after the coordinator aborted its
+// transaction and bumped its epoch gets it from EndTxn, and the client then
+// refuses every Begin ("producer ID has a fatal, unrecoverable error").
 func isFencedProducer(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.InvalidTxnState)
 }
