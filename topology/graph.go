@@ -37,7 +37,7 @@ func (t *Topology) Stages() []Stage {
 		}
 		done[name] = true
 		st := Stage{Name: name, Processor: p, Input: p.From}
-		if k, _ := KindOf(p); k.FromProcessor {
+		if k, ok := t.KindOf(p); ok && k.Facts().FromProcessor {
 			st.Upstream = t.Processors[p.From]
 		} else {
 			st.Source = t.Sources[p.From]
@@ -93,7 +93,7 @@ func (t *Topology) SourceOf(p *Processor) (string, *Source) {
 		if p == nil {
 			return "", nil
 		}
-		if p.Kind != "rollup" {
+		if k, ok := t.KindOf(p); !ok || !k.Facts().FromProcessor {
 			return p.From, t.Sources[p.From]
 		}
 		p = t.Processors[p.From]
