@@ -38,7 +38,8 @@ import (
 // CompatibleChanges), as is another rollup of a timeframe already listed.
 //
 // For a silence processor it is its input, key and time fields and the
-// names of its levels in order (their delays and actions may change).
+// names of its levels in order (their delays and actions may change). A
+// registered kind lists its own, after the kind (ProcessorKind.Fingerprint).
 //
 // Everything else is compatible: idle_timeout and max_future (they decide
 // when a live partition moves on, not what a window holds), the output
