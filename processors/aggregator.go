@@ -105,6 +105,15 @@ type keyState struct {
 	quietAt, quietNext int64
 }
 
+// sizeHint is how many trades k's next window will likely hold: as many as
+// its last emitted window, or its latest open one when it has emitted none.
+func (k *keyState) sizeHint() int {
+	if n := len(k.wins); k.lastN == 0 && n > 0 {
+		return int(min(k.wins[n-1].n, 1<<12))
+	}
+	return k.lastN
+}
+
 // newNum reports whether numeric id n is above every numeric id k holds.
 func (k *keyState) newNum(n uint64) bool { return !k.hasNum || n > k.maxNum }
 
@@ -240,9 +249,11 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	k.admitted = true
 	if w == nil {
 		w = a.newWindow(open, close)
-		if checkID && cap(w.nums) < k.lastN && idIsNum {
-			// Size the id list like the key's last window: no regrowth per trade.
-			w.nums = make([]uint64, 0, k.lastN)
+		if hint := k.sizeHint(); checkID && cap(w.nums) < hint && idIsNum {
+			// Size the id list like the key's last window, with room for a
+			// busier one: no regrowth per trade, and a recycled window's list
+			// usually fits the next key that takes it.
+			w.nums = make([]uint64, 0, hint+hint/4+4)
 		}
 		k.insert(w)
 	}
