@@ -120,6 +120,14 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 	w.longIDs[string([]byte(id))] = struct{}{} // copy: id may alias the record
 }
 
+// appendNum is addParsedID(id, n, true, true) for a canonical decimal id n
+// known to be above every id w holds (above its key's maxNum).
+func (w *window) appendNum(id string, n uint64) {
+	w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
+	w.unsaved = append(w.unsaved, id...)
+	w.nums = append(w.nums, n)
+}
+
 // add counts one trade; v and q are the new volume sums, already checked.
 func (w *window) add(t *candle.Trade, v, q decimal.Sum) {
 	if w.n == 0 {
