@@ -3,6 +3,7 @@ package processors
 import (
 	"encoding/binary"
 	"slices"
+	"unsafe"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
@@ -46,6 +47,10 @@ func makeIDKey(id string) (idKey, bool) {
 func numericID(id string) (uint64, bool) {
 	if len(id) == 0 || len(id) > 19 || (id[0] == '0' && len(id) > 1) {
 		return 0, false
+	}
+	if len(id) >= 8 && len(id) <= 16 { // ids of today's exchanges: two eight-digit steps
+		n, ok := candle.ParseEpochMillis(unsafe.Slice(unsafe.StringData(id), len(id)))
+		return uint64(n), ok
 	}
 	var n uint64
 	for i := 0; i < len(id); i++ {
