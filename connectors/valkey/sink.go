@@ -25,7 +25,9 @@ type Sink struct {
 	log    *slog.Logger
 	m      *metrics
 	trips  atomic.Int64
-	down   atomic.Bool // the last active flush failed
+	// requests of the final path in flight now and at most so far
+	inFlight, peakInFlight atomic.Int64
+	down                   atomic.Bool // the last active flush failed
 
 	// active path: pending is filled by Active and drained by loop.
 	amu     sync.Mutex
@@ -41,8 +43,6 @@ type Sink struct {
 	// final path
 	fmu sync.Mutex
 	buf []candle.Candle
-
-	beforeExec func() // test hook: runs between the read and the transaction
 
 	closeOnce sync.Once
 	closeErr  error
@@ -69,6 +69,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	if err != nil {
 		client.Close()
 		return nil, err
+	}
+	// Load the finals script now, so the first flush runs it by its SHA-1
+	// (a server that lost it, e.g. restarted, gets it again by EVAL).
+	lctx, lcancel := context.WithTimeout(ctx, cfg.timeout())
+	err = client.Do(lctx, client.B().ScriptLoad().Script(finalScript).Build()).Error()
+	lcancel()
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("valkey: load the final-candle script: %w (the server must allow Lua scripts: EVAL, EVALSHA, SCRIPT LOAD)", err)
 	}
 	s := &Sink{
 		cfg:     cfg,
@@ -107,7 +116,7 @@ func newClient(ctx context.Context, cfg *Config, adjust func(*valkey.ClientOptio
 	if client.Mode() == valkey.ClientModeCluster {
 		client.Close()
 		return nil, fmt.Errorf("valkey: %v is a cluster, which this sink does not support yet "+
-			"(finals use WATCH/MULTI across keys); point addrs at a standalone primary", cfg.Addrs)
+			"(finals are stored by a script across keys); point addrs at a standalone primary", cfg.Addrs)
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
@@ -121,6 +130,10 @@ func newClient(ctx context.Context, cfg *Config, adjust func(*valkey.ClientOptio
 // RoundTrips returns how many pipelines (network round trips) the sink has
 // sent so far, for benchmarks and tests.
 func (s *Sink) RoundTrips() int64 { return s.trips.Load() }
+
+// PeakFinalsInFlight returns the most final-candle requests the sink has
+// had in flight at once, for benchmarks and tests.
+func (s *Sink) PeakFinalsInFlight() int64 { return s.peakInFlight.Load() }
 
 // doMulti sends cmds as one pipeline on c and counts the round trip.
 func (s *Sink) doMulti(ctx context.Context, c valkey.CoreClient, cmds ...valkey.Completed) []valkey.ValkeyResult {
