@@ -271,9 +271,7 @@ func TestOutageHoldsOneWindowPerKey(t *testing.T) {
 			s.Active(mk(sym, n, "1", "2", "1", itoa(int(n)), "1", "1", n))
 			s.Active(mk(sym, n, "1", "2", "1", itoa(int(n)), "2", "2", n)) // a second update of the same window
 		}
-		s.amu.Lock()
-		held := len(s.pending)
-		s.amu.Unlock()
+		held := len(s.pendingWindows())
 		if held > 2*len(syms) { // one per key, plus what a flush in progress may put back
 			t.Fatalf("after %d windows of the outage %d active candles wait for Valkey; want at most one per key (%d)", n, held, len(syms))
 		}
@@ -281,11 +279,9 @@ func TestOutageHoldsOneWindowPerKey(t *testing.T) {
 	if d := counter(s.m.dropped); d < float64(windows) {
 		t.Fatalf("active_dropped_total = %v after replacing %d windows during the outage", d, windows)
 	}
-	s.amu.Lock()
-	for w := range s.pending {
+	for _, w := range s.pendingWindows() {
 		if w.open != windows*minute {
 			t.Errorf("pending holds window %d of %s, want only the newest (%d)", w.open, w.sym, windows*minute)
 		}
 	}
-	s.amu.Unlock()
 }

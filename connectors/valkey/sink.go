@@ -29,10 +29,11 @@ type Sink struct {
 	inFlight, peakInFlight atomic.Int64
 	down                   atomic.Bool // the last active flush failed
 
-	// active path: pending is filled by Active and drained by loop.
+	// active path: slots (the pending windows) are filled by Active and
+	// taken by loop; keys holds every key the sink has seen.
 	amu     sync.Mutex
-	pending map[window]candle.Candle
-	newest  map[key]int64 // newest open_time in pending per key
+	keys    map[key]*entry
+	slots   []slot
 	closed  bool
 	wake    chan struct{}
 	flushes chan chan error
@@ -86,8 +87,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		client:  client,
 		log:     o.logger.With("component", "valkey-sink"),
 		m:       m,
-		pending: make(map[window]candle.Candle),
-		newest:  make(map[key]int64),
+		keys:    make(map[key]*entry),
 		wake:    make(chan struct{}, 1),
 		flushes: make(chan chan error),
 		done:    make(chan struct{}),
