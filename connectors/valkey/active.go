@@ -215,7 +215,8 @@ type activeWriter struct {
 	spare  []slot  // the slots taken by the last flush, reused by Active
 	heads  []int32 // the head slot of each key taken
 	chunks []activeChunk
-	wrong  map[string]bool // hashes whose WRONGTYPE was logged
+	pipes  [activeInFlight]pipeline // one per sender, reused
+	wrong  map[string]bool          // hashes whose WRONGTYPE was logged
 }
 
 // activeChunk is one pipeline: whole keys (all their pending windows), so
@@ -233,11 +234,16 @@ type activeChunk struct {
 // to pending unless Active replaced them (those are counted as dropped).
 //
 // It takes the pending slots whole and leaves Active the slots of the last
-// flush to refill, so Active waits for a swap, not for a copy.
+// flush to refill, so Active waits for a swap, not for a copy, and appends
+// without growing the slice (growing a slice of candles was most of
+// Active's CPU in BenchmarkSinkVsIdeal).
 func (a *activeWriter) flush(ctx context.Context) error {
 	s := a.s
 	s.amu.Lock()
 	taken := s.slots
+	if cap(a.spare) < len(taken) { // sized like the last one taken: Active does not regrow it
+		a.spare = make([]slot, 0, cap(taken))
+	}
 	s.slots = a.spare[:0]
 	a.heads = a.heads[:0]
 	for i := range taken { // a key's head is its last slot
@@ -268,9 +274,9 @@ func (a *activeWriter) flush(ctx context.Context) error {
 	}
 	next := make(chan *activeChunk)
 	var wg sync.WaitGroup
-	for range min(activeInFlight, len(a.chunks)) {
+	for w := range min(activeInFlight, len(a.chunks)) {
+		p := &a.pipes[w]
 		wg.Go(func() {
-			var p pipeline
 			for ch := range next {
 				ch.err = p.send(ctx, s, taken, ch)
 			}

@@ -99,9 +99,12 @@ func (s *Sink) flushFinals(ctx context.Context) error {
 		chunks := s.chunkFinals()
 		s.sendFinals(ctx, chunks)
 		var err error
-		keep := make([]bool, len(s.buf))
+		var keep []bool // the candles of failed chunks stay buffered
 		for _, ch := range chunks {
 			if ch.err != nil {
+				if keep == nil {
+					keep = make([]bool, len(s.buf))
+				}
 				for _, i := range ch.at {
 					keep[i] = true
 				}
@@ -125,7 +128,7 @@ func (s *Sink) flushFinals(ctx context.Context) error {
 			s.m.stale.Add(float64(ch.stale))
 		}
 		n := 0
-		for i := range s.buf {
+		for i := range keep {
 			if keep[i] {
 				s.buf[n] = s.buf[i]
 				n++
@@ -154,7 +157,7 @@ func (s *Sink) flushFinals(ctx context.Context) error {
 // chunkFinals cuts s.buf into chunks of about maxChunk candles, all candles
 // of a key in the chunk of its first one. Caller holds fmu.
 func (s *Sink) chunkFinals() []*finalChunk {
-	var chunks []*finalChunk
+	chunks := make([]*finalChunk, 0, len(s.buf)/maxChunk+1)
 	of := make(map[key]*finalChunk, len(s.buf))
 	var open *finalChunk
 	for i := range s.buf {
@@ -162,7 +165,7 @@ func (s *Sink) chunkFinals() []*finalChunk {
 		ch := of[k]
 		if ch == nil {
 			if open == nil || len(open.at) >= maxChunk {
-				open = &finalChunk{}
+				open = &finalChunk{at: make([]int, 0, maxChunk)}
 				chunks = append(chunks, open)
 			}
 			ch = open
@@ -197,8 +200,8 @@ func (s *Sink) sendFinals(ctx context.Context, chunks []*finalChunk) {
 // one, EVAL with the script's text, only if the server does not know the
 // script yet) and fills in ch's result. msg is a reusable buffer.
 func (s *Sink) storeFinals(ctx context.Context, ch *finalChunk, msg []byte) []byte {
-	ch.keys = append(ch.keys[:0], s.names.symbols())
-	ch.args = ch.args[:0]
+	ch.keys = append(make([]string, 0, 1+len(ch.at)), s.names.symbols())
+	ch.args = make([]string, 0, finalArgs*len(ch.at))
 	for _, i := range ch.at {
 		c := &s.buf[i]
 		msg = message(msg, c, true)
