@@ -246,7 +246,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	_ = s.Close(ctx)
 	waitFor(t, 5*time.Second, func() bool {
 		buf := make([]byte, 1<<20)
-		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "connectors/valkey.(*Sink)")
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "connectors/valkey.(") // the sink, its flush goroutine and senders
 	}, "the sink's goroutines to exit")
 	s.Active(mk("A", 2, "1", "1", "1", "1", "1", "1", 1)) // after Close: dropped, no panic
 	if err := s.Write(context.Background(), nil); err != ErrClosed {
