@@ -60,8 +60,8 @@ for i = 1, #KEYS - 1 do
     syms[#syms + 1] = ARGV[a + 13]
   end
 end
-if #syms > 0 then
-  local r = redis.pcall('SADD', KEYS[1], unpack(syms))
+for i = 1, #syms, 1000 do -- unpack takes at most ~8000 values
+  local r = redis.pcall('SADD', KEYS[1], unpack(syms, i, math.min(i + 999, #syms)))
   if type(r) == 'table' and r.err then symsOK = 0 end
 end
 local out = {stale, symsOK}

@@ -170,27 +170,43 @@ func TestConcurrentFinalsNeverGoBack(t *testing.T) {
 	a := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = time.Hour })
 	b := newSink(t, srv.Addr, nil)
 	var wg sync.WaitGroup
-	write := func(s *Sink, who int64, order func(w int) int) {
+	// a writes every window of every key in one flush, window after window:
+	// each key's windows are spread over the buffer, and the flush still
+	// publishes them in order. b redelivers them newest first, a window per
+	// flush.
+	wg.Add(2)
+	go func() {
 		defer wg.Done()
-		for w := range windows { // one window of every key per flush
-			var batch []candle1
+		var batch []candle1
+		for w := range windows {
 			for k := range keys {
-				batch = append(batch, fin(k, order(w), who))
+				batch = append(batch, fin(k, w, 1))
 			}
-			if err := s.Write(ctx, batch); err != nil {
+		}
+		if err := a.Write(ctx, batch); err != nil {
+			t.Error(err)
+		} else if err := a.Flush(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for w := windows - 1; w >= 0; w-- {
+			batch := make([]candle1, 0, keys)
+			for k := range keys {
+				batch = append(batch, fin(k, w, 2))
+			}
+			if err := b.Write(ctx, batch); err != nil {
 				t.Error(err)
 				return
 			}
-			if err := s.Flush(ctx); err != nil {
+			if err := b.Flush(ctx); err != nil {
 				t.Error(err)
 				return
 			}
 		}
-	}
-	wg.Add(2)
-	go write(a, 1, func(w int) int { return w })               // in order
-	go write(b, 2, func(w int) int { return windows - 1 - w }) // redelivered newest first
-	for k := 0; k < keys; k += 2 {                             // the live writer is a window ahead on even keys
+	}()
+	for k := 0; k < keys; k += 2 { // the live writer is a window ahead on even keys
 		a.Active(fin(k, windows, 3))
 	}
 	if err := a.FlushActive(ctx); err != nil {
@@ -284,4 +300,36 @@ func TestOutageHoldsOneWindowPerKey(t *testing.T) {
 			t.Errorf("pending holds window %d of %s, want only the newest (%d)", w.open, w.sym, windows*minute)
 		}
 	}
+}
+
+// A replay of a long history writes many finals of one key in one flush:
+// they stay in one chunk (never split over chunks in flight), so they are
+// published in the order written and the hash ends at the newest. More
+// than Lua's unpack takes at once (~8,000) still go in that one chunk.
+func TestFinalsOfOneKeyPublishedInOrder(t *testing.T) {
+	srv := startRedis(t)
+	r := reader(t, srv.Addr)
+	s := newSink(t, srv.Addr, nil)
+	sub := subscribe(t, r, "pub:candle:1m:ONE")
+	ctx := context.Background()
+	const n = 9000
+	batch := make([]candle1, 0, n+finalsInFlight*maxChunk)
+	for w := range n {
+		batch = append(batch, mk("ONE", int64(w), "1", "1", "1", "1", "1", "1", int64(w+1)))
+	}
+	for k := range finalsInFlight * maxChunk { // other keys, so there are chunks to run beside it
+		batch = append(batch, mk("OTHER"+itoa(k), 1, "1", "1", "1", "1", "1", "1", 1))
+	}
+	if err := s.Write(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for w := range n {
+		if m := recv(t, sub); m.OpenTime != int64(w)*minute {
+			t.Fatalf("message %d is window %d, want %d: published out of the order written", w, m.OpenTime/minute, w)
+		}
+	}
+	wantHash(t, hgetall(t, r, "candle:active:1m:ONE"), batch[n-1])
 }
