@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -101,10 +102,16 @@ type chunkMeta struct {
 }
 
 // encoder writes the lake's Parquet files. It holds the zstd encoder the
-// pages share; safe for concurrent use.
+// pages share and the buffers of the files being built; safe for
+// concurrent use.
 type encoder struct {
-	zstd *zstd.Encoder
+	zstd    *zstd.Encoder
+	writers sync.Pool // of *fileWriter
 }
+
+// keepBytes: a file writer whose buffers grew past this (a file of more
+// than about 8,000 rows) is not kept for the next file.
+const keepBytes = 1 << 20
 
 // zstdLevel is the pages' compression level: zstd's fastest, which costs a
 // third of its default on the small pages of a lake object and makes files
@@ -119,7 +126,7 @@ func newEncoder(concurrency int) (*encoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
 	}
-	return &encoder{zstd: z}, nil
+	return &encoder{zstd: z, writers: sync.Pool{New: func() any { return &fileWriter{zstd: z} }}}, nil
 }
 
 // fileWriter builds one Parquet file in out.
@@ -128,6 +135,7 @@ type fileWriter struct {
 	out    []byte
 	page   []byte // values of the page being built
 	comp   []byte // a compressed page
+	idx    []uint32 // dictionary indices of a column chunk
 	hdr    thriftWriter
 	groups [][numColumns]chunkMeta
 	rows   []int // rows per row group
@@ -139,10 +147,8 @@ func (e *encoder) encode(cs []candle.Candle, rowGroupRows int) ([]byte, error) {
 	if rowGroupRows <= 0 {
 		return nil, fmt.Errorf("encode parquet: row_group_rows is %d, want a positive number", rowGroupRows)
 	}
-	// About 130 bytes of values a row before compression; the file is
-	// usually smaller.
-	page := min(pageBytes+64, 256+len(cs)*64)
-	w := fileWriter{zstd: e.zstd, out: make([]byte, 0, 2048+len(cs)*64), page: make([]byte, 0, page), comp: make([]byte, 0, page)}
+	w := e.writers.Get().(*fileWriter)
+	w.out, w.groups, w.rows = w.out[:0], w.groups[:0], w.rows[:0]
 	w.out = append(w.out, "PAR1"...)
 	for start := 0; start < len(cs); start += rowGroupRows {
 		rg := cs[start:min(start+rowGroupRows, len(cs))]
@@ -160,7 +166,12 @@ func (e *encoder) encode(cs []candle.Candle, rowGroupRows int) ([]byte, error) {
 	footer := len(w.out)
 	w.out = w.footer(w.out, len(cs))
 	w.out = binary.LittleEndian.AppendUint32(w.out, uint32(len(w.out)-footer))
-	return append(w.out, "PAR1"...), nil
+	w.out = append(w.out, "PAR1"...)
+	file := bytes.Clone(w.out)
+	if cap(w.out)+cap(w.page)+cap(w.comp)+4*cap(w.idx) <= keepBytes {
+		e.writers.Put(w)
+	}
+	return file, nil
 }
 
 // chunk writes column col of the row group rs.
@@ -261,7 +272,10 @@ func (w *fileWriter) values(n int) []byte {
 func (w *fileWriter) dictChunk(m *chunkMeta, col int, rs []candle.Candle) {
 	var dict []string
 	var index map[string]int // only when the dictionary grows past a few values
-	idx := make([]uint32, len(rs))
+	if cap(w.idx) < len(rs) {
+		w.idx = make([]uint32, len(rs))
+	}
+	idx := w.idx[:len(rs)]
 	for i := range rs {
 		v := stringAt(col, &rs[i])
 		if i > 0 && v == stringAt(col, &rs[i-1]) {
