@@ -133,8 +133,8 @@ func newEncoder(concurrency int) (*encoder, error) {
 type fileWriter struct {
 	zstd   *zstd.Encoder
 	out    []byte
-	page   []byte // values of the page being built
-	comp   []byte // a compressed page
+	page   []byte   // values of the page being built
+	comp   []byte   // a compressed page
 	idx    []uint32 // dictionary indices of a column chunk
 	hdr    thriftWriter
 	groups [][numColumns]chunkMeta
