@@ -153,6 +153,10 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	}
 	// objects returns what the sink writes for cs: one object per symbol,
 	// its candles by open_time.
+	enc, err := newEncoder(1)
+	if err != nil {
+		b.Fatal(err)
+	}
 	objects := func(cs []candle.Candle) []object {
 		series := map[string][]candle.Candle{}
 		for _, c := range cs {
@@ -160,7 +164,7 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 		}
 		objs := make([]object, 0, nsym)
 		for sym, sc := range series {
-			data, err := encode(sc, shipped.RowGroupRows)
+			data, err := enc.encode(sc, shipped.RowGroupRows)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -191,7 +195,7 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	}
 	run := 0
 	// sink pass: Write every candle, then Flush (the timed part).
-	sinkPass := func(conc int, hc *inflight) time.Duration {
+	sinkPass := func(conc int, hc *inflight) (time.Duration, time.Duration) {
 		run++
 		s := newAt(fmt.Sprintf("sink-%d", run), hc, conc)
 		write := func(cs []candle.Candle) {
@@ -209,12 +213,12 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 		}
 		hc.start()
 		defer hc.stop()
-		t0 := time.Now()
+		t0, cpu0 := time.Now(), cpuTime()
 		write(timed)
-		el := time.Since(t0)
+		el, cpu := time.Since(t0), cpuTime()-cpu0
 		hc.stop()
 		checkSame(s.st)
-		return el
+		return el, cpu
 	}
 	// ideal pass: PUT every object from writers goroutines. With encode,
 	// the fair ideal: it also groups the timed candles by object, appends
@@ -222,7 +226,7 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	// write cache does) and encodes each object with the sink's encoder,
 	// on the clock; without, the store's limit: the bytes were encoded
 	// beforehand.
-	idealPass := func(writers int, encodeToo bool, hc *inflight) time.Duration {
+	idealPass := func(writers int, encodeToo bool, hc *inflight) (time.Duration, time.Duration) {
 		run++
 		st := newAt(fmt.Sprintf("ideal-%d", run), hc, 0).st
 		// The versions the timed PUTs are conditional on (next_flush).
@@ -252,7 +256,7 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 		var wg sync.WaitGroup
 		hc.start()
 		defer hc.stop()
-		t0 := time.Now()
+		t0, cpu0 := time.Now(), cpuTime()
 		work := make(chan object, len(objs))
 		if encodeToo {
 			series := map[string][]candle.Candle{}
@@ -289,29 +293,29 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 			})
 		}
 		wg.Wait()
-		el := time.Since(t0)
+		el, cpu := time.Since(t0), cpuTime()-cpu0
 		hc.stop()
 		close(errs)
 		for err := range errs {
 			b.Fatal(err)
 		}
 		checkSame(st)
-		return el
+		return el, cpu
 	}
 	c := shipped.Concurrency
 	type contestant struct {
 		name string
-		pass func(*inflight) time.Duration
+		pass func(*inflight) (took, cpu time.Duration)
 		hc   *inflight
 		took time.Duration
-		cpu  time.Duration // the process's CPU time during its passes (gofakes3: the store's included)
+		cpu  time.Duration // the process's CPU time while its clock ran (gofakes3: the store's included)
 	}
 	cts := []*contestant{
-		{name: fmt.Sprintf("sink%d", c), pass: func(hc *inflight) time.Duration { return sinkPass(c, hc) }},
-		{name: fmt.Sprintf("ideal%d", c), pass: func(hc *inflight) time.Duration { return idealPass(c, false, hc) }},
-		{name: fmt.Sprintf("ideal_enc%d", c), pass: func(hc *inflight) time.Duration { return idealPass(c, true, hc) }},
-		{name: fmt.Sprintf("sink%d", 4*c), pass: func(hc *inflight) time.Duration { return sinkPass(4*c, hc) }},
-		{name: fmt.Sprintf("ideal%d", 4*c), pass: func(hc *inflight) time.Duration { return idealPass(4*c, false, hc) }},
+		{name: fmt.Sprintf("sink%d", c), pass: func(hc *inflight) (time.Duration, time.Duration) { return sinkPass(c, hc) }},
+		{name: fmt.Sprintf("ideal%d", c), pass: func(hc *inflight) (time.Duration, time.Duration) { return idealPass(c, false, hc) }},
+		{name: fmt.Sprintf("ideal_enc%d", c), pass: func(hc *inflight) (time.Duration, time.Duration) { return idealPass(c, true, hc) }},
+		{name: fmt.Sprintf("sink%d", 4*c), pass: func(hc *inflight) (time.Duration, time.Duration) { return sinkPass(4*c, hc) }},
+		{name: fmt.Sprintf("ideal%d", 4*c), pass: func(hc *inflight) (time.Duration, time.Duration) { return idealPass(4*c, false, hc) }},
 	}
 	for _, ct := range cts {
 		ct.hc = newInflight()
@@ -320,9 +324,9 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	for r := range b.N { // every round runs each contestant once, in a rotating order
 		for j := range cts {
 			ct := cts[(j+r)%len(cts)]
-			cpu0 := cpuTime()
-			ct.took += ct.pass(ct.hc)
-			ct.cpu += cpuTime() - cpu0
+			took, cpu := ct.pass(ct.hc)
+			ct.took += took
+			ct.cpu += cpu
 		}
 	}
 	rate := func(ct *contestant) float64 { return float64(len(timed)*b.N) / ct.took.Seconds() }
