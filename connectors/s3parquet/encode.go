@@ -113,9 +113,9 @@ type encoder struct {
 // than about 8,000 rows) is not kept for the next file.
 const keepBytes = 1 << 20
 
-// zstdLevel is the pages' compression level: zstd's fastest, which costs a
-// third of its default on the small pages of a lake object and makes files
-// a few percent larger (see docs/performance.md).
+// zstdLevel is the pages' compression level: zstd's fastest, cheaper than
+// its default on the small pages of a lake object, with files a few
+// percent larger or smaller (see docs/performance.md).
 const zstdLevel = zstd.SpeedFastest
 
 // newEncoder returns an encoder that compresses up to concurrency pages at
