@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,9 +149,14 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	type object struct {
 		key  string
 		data []byte
+		rows []candle.Candle // the ideal client with encode: to encode on the clock
 	}
 	// objects returns what the sink writes for cs: one object per symbol,
 	// its candles by open_time.
+	enc, err := newEncoder(1)
+	if err != nil {
+		b.Fatal(err)
+	}
 	objects := func(cs []candle.Candle) []object {
 		series := map[string][]candle.Candle{}
 		for _, c := range cs {
@@ -157,15 +164,25 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 		}
 		objs := make([]object, 0, nsym)
 		for sym, sc := range series {
-			data, err := encode(sc, shipped.RowGroupRows)
+			data, err := enc.encode(sc, shipped.RowGroupRows)
 			if err != nil {
 				b.Fatal(err)
 			}
-			objs = append(objs, object{PartitionPath("1m", sym, day), data})
+			objs = append(objs, object{key: PartitionPath("1m", sym, day), data: data})
 		}
 		return objs
 	}
 	objs, objsBefore := objects(cs), objects(before)
+	// checkSame: every contestant must leave the same objects, byte for
+	// byte (checked once per contestant, after the clock).
+	checkSame := func(st store) {
+		for _, o := range objs {
+			data, _, found, err := st.get(ctx, o.key)
+			if err != nil || !found || string(data) != string(o.data) {
+				b.Fatalf("%s: not the expected object (found %v, %d bytes, want %d; %v)", st.where(o.key), found, len(data), len(o.data), err)
+			}
+		}
+	}
 	newAt := func(prefix string, hc *inflight, concurrency int) *Sink {
 		cfg := base
 		cfg.Concurrency = concurrency
@@ -178,7 +195,7 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	}
 	run := 0
 	// sink pass: Write every candle, then Flush (the timed part).
-	sinkPass := func(conc int, hc *inflight) time.Duration {
+	sinkPass := func(conc int, hc *inflight) (time.Duration, time.Duration) {
 		run++
 		s := newAt(fmt.Sprintf("sink-%d", run), hc, conc)
 		write := func(cs []candle.Candle) {
@@ -196,12 +213,20 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 		}
 		hc.start()
 		defer hc.stop()
-		t0 := time.Now()
+		t0, cpu0 := time.Now(), cpuTime()
 		write(timed)
-		return time.Since(t0)
+		el, cpu := time.Since(t0), cpuTime()-cpu0
+		hc.stop()
+		checkSame(s.st)
+		return el, cpu
 	}
-	// ideal pass: PUT every object from writers goroutines.
-	idealPass := func(writers int, hc *inflight) time.Duration {
+	// ideal pass: PUT every object from writers goroutines. With encode,
+	// the fair ideal: it also groups the timed candles by object, appends
+	// them to the candles it wrote before (it remembers them, as the sink's
+	// write cache does) and encodes each object with the sink's encoder,
+	// on the clock; without, the store's limit: the bytes were encoded
+	// beforehand.
+	idealPass := func(writers int, encodeToo bool, hc *inflight) (time.Duration, time.Duration) {
 		run++
 		st := newAt(fmt.Sprintf("ideal-%d", run), hc, 0).st
 		// The versions the timed PUTs are conditional on (next_flush).
@@ -216,19 +241,47 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 			}
 			version[o.key] = v
 		}
-		work := make(chan object, len(objs))
-		for _, o := range objs {
-			work <- o
+		var written map[string][]candle.Candle // what it wrote before, by symbol
+		if encodeToo {
+			written = map[string][]candle.Candle{}
+			for _, c := range before {
+				written[c.Symbol] = append(written[c.Symbol], c)
+			}
 		}
-		close(work)
+		enc, err := newEncoder(min(writers, runtime.GOMAXPROCS(0)))
+		if err != nil {
+			b.Fatal(err)
+		}
 		errs := make(chan error, writers)
 		var wg sync.WaitGroup
 		hc.start()
 		defer hc.stop()
-		t0 := time.Now()
+		t0, cpu0 := time.Now(), cpuTime()
+		work := make(chan object, len(objs))
+		if encodeToo {
+			series := map[string][]candle.Candle{}
+			for _, c := range timed {
+				series[c.Symbol] = append(series[c.Symbol], c)
+			}
+			for sym, sc := range series {
+				work <- object{key: PartitionPath("1m", sym, day), rows: append(written[sym], sc...)}
+			}
+		} else {
+			for _, o := range objs {
+				work <- o
+			}
+		}
+		close(work)
 		for range writers {
 			wg.Go(func() {
 				for o := range work {
+					if o.data == nil {
+						var err error
+						if o.data, err = enc.encode(o.rows, shipped.RowGroupRows); err != nil {
+							errs <- err
+							return
+						}
+					}
 					// The sink's conditional PUT (none on s3rver): If-None-Match: *
 					// for a new object, else If-Match the version written before.
 					v, found := version[o.key]
@@ -240,25 +293,29 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 			})
 		}
 		wg.Wait()
-		el := time.Since(t0)
+		el, cpu := time.Since(t0), cpuTime()-cpu0
+		hc.stop()
 		close(errs)
 		for err := range errs {
 			b.Fatal(err)
 		}
-		return el
+		checkSame(st)
+		return el, cpu
 	}
 	c := shipped.Concurrency
 	type contestant struct {
 		name string
-		pass func(*inflight) time.Duration
+		pass func(*inflight) (took, cpu time.Duration)
 		hc   *inflight
 		took time.Duration
+		cpu  time.Duration // the process's CPU time while its clock ran (gofakes3: the store's included)
 	}
 	cts := []*contestant{
-		{name: fmt.Sprintf("sink%d", c), pass: func(hc *inflight) time.Duration { return sinkPass(c, hc) }},
-		{name: fmt.Sprintf("ideal%d", c), pass: func(hc *inflight) time.Duration { return idealPass(c, hc) }},
-		{name: fmt.Sprintf("sink%d", 4*c), pass: func(hc *inflight) time.Duration { return sinkPass(4*c, hc) }},
-		{name: fmt.Sprintf("ideal%d", 4*c), pass: func(hc *inflight) time.Duration { return idealPass(4*c, hc) }},
+		{name: fmt.Sprintf("sink%d", c), pass: func(hc *inflight) (time.Duration, time.Duration) { return sinkPass(c, hc) }},
+		{name: fmt.Sprintf("ideal%d", c), pass: func(hc *inflight) (time.Duration, time.Duration) { return idealPass(c, false, hc) }},
+		{name: fmt.Sprintf("ideal_enc%d", c), pass: func(hc *inflight) (time.Duration, time.Duration) { return idealPass(c, true, hc) }},
+		{name: fmt.Sprintf("sink%d", 4*c), pass: func(hc *inflight) (time.Duration, time.Duration) { return sinkPass(4*c, hc) }},
+		{name: fmt.Sprintf("ideal%d", 4*c), pass: func(hc *inflight) (time.Duration, time.Duration) { return idealPass(4*c, false, hc) }},
 	}
 	for _, ct := range cts {
 		ct.hc = newInflight()
@@ -267,18 +324,36 @@ func benchVsIdeal(b *testing.B, base Config, steady bool) {
 	for r := range b.N { // every round runs each contestant once, in a rotating order
 		for j := range cts {
 			ct := cts[(j+r)%len(cts)]
-			ct.took += ct.pass(ct.hc)
+			took, cpu := ct.pass(ct.hc)
+			ct.took += took
+			ct.cpu += cpu
 		}
 	}
 	rate := func(ct *contestant) float64 { return float64(len(timed)*b.N) / ct.took.Seconds() }
+	cpuPer := func(ct *contestant) float64 { return ct.cpu.Seconds() * 1e6 / float64(len(timed)*b.N) }
 	for _, ct := range cts {
 		mean, _ := ct.hc.stats()
 		b.ReportMetric(rate(ct), ct.name+"_candles/s")
 		b.ReportMetric(mean, ct.name+"_in_flight")
+		b.ReportMetric(cpuPer(ct), ct.name+"_cpu-us/candle")
 	}
 	b.ReportMetric(rate(cts[0])/rate(cts[1]), "sink/ideal")
-	b.ReportMetric(rate(cts[0])/max(rate(cts[1]), rate(cts[3])), "sink/best_ideal")
+	b.ReportMetric(rate(cts[0])/max(rate(cts[1]), rate(cts[4])), "sink/best_ideal")
+	b.ReportMetric(rate(cts[0])/rate(cts[2]), "sink/ideal_enc")
+	// On a machine whose other load swings, CPU per candle is steadier
+	// than the rates: the ideal client's CPU over the sink's.
+	b.ReportMetric(cpuPer(cts[1])/cpuPer(cts[0]), "sink/ideal_cpu")
+	b.ReportMetric(cpuPer(cts[2])/cpuPer(cts[0]), "sink/ideal_enc_cpu")
 	b.ReportMetric(0, "ns/op")
+}
+
+// cpuTime is the CPU time this process has used (user and system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func newInflight() *inflight { return &inflight{next: awshttp.NewBuildableClient()} }

@@ -29,7 +29,7 @@ type writeCache struct {
 type cached struct {
 	key     string
 	version string
-	rows    []candle.Candle // sorted by open_time; never modified
+	rows    []candle.Candle // sorted by open_time; never modified (overlay may append past its length once the entry is taken)
 	bytes   int
 }
 
@@ -110,12 +110,19 @@ func reportPutVersion(ctx context.Context, version string) {
 
 // overlay returns rows (sorted by open_time) with cs laid over them by
 // open_time, newest write winning, and whether that changed anything.
+// rows must be a taken cache entry's: when every new candle comes after
+// the last row (a stream going forward, the common case), the result is
+// rows with them appended, sharing rows' array (nothing else holds it
+// once the entry is taken, and the rows before len(rows) stay as they are).
 func overlay(rows []candle.Candle, byOpen map[int64]candle.Candle) ([]candle.Candle, bool) {
 	add := make([]candle.Candle, 0, len(byOpen))
 	for _, c := range byOpen {
 		add = append(add, c)
 	}
 	sortByOpen(add)
+	if len(add) > 0 && (len(rows) == 0 || add[0].OpenTime > rows[len(rows)-1].OpenTime) {
+		return append(rows, add...), true
+	}
 	out := make([]candle.Candle, 0, len(rows)+len(add))
 	changed := false
 	i := 0

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,5 +194,50 @@ func TestWriteCacheBounded(t *testing.T) {
 	c.store("e", `"5"`, big) // larger than the whole cache
 	if c.len() != 1 || c.take("d") != nil || c.take("e") != nil {
 		t.Fatalf("cached %d, want only c", c.len())
+	}
+}
+
+// TestOverlay: newer candles laid over a cached object's rows, in the
+// append fast path (all after the last row) and the general merge (a
+// replaced row, a row in the middle, a redelivery), give the rows sorted
+// with the newest write winning, and the cached rows keep what they held.
+func TestOverlay(t *testing.T) {
+	all := benchCandles(10)
+	rows := append(make([]candle.Candle, 0, 16), all[:6]...) // room to append in place
+	want := slices.Clone(rows)
+	byOpen := func(cs ...candle.Candle) map[int64]candle.Candle {
+		m := map[int64]candle.Candle{}
+		for _, c := range cs {
+			m[c.OpenTime] = c
+		}
+		return m
+	}
+	changedRow := all[3]
+	changedRow.Trades = 999
+	for _, tc := range []struct {
+		name    string
+		add     map[int64]candle.Candle
+		want    []candle.Candle
+		changed bool
+	}{
+		{"append", byOpen(all[7], all[6]), append(slices.Clone(all[:6]), all[6], all[7]), true},
+		{"replace", byOpen(changedRow, all[8]), append(append(slices.Clone(all[:3]), changedRow), all[4], all[5], all[8]), true},
+		{"redelivery", byOpen(all[2], all[5]), all[:6], false},
+		{"before", byOpen(all[9], all[0]), append(slices.Clone(all[:6]), all[9]), true},
+	} {
+		got, changed := overlay(rows[:6], tc.add)
+		if changed != tc.changed || len(got) != len(tc.want) {
+			t.Fatalf("%s: %d rows, changed %v; want %d, %v", tc.name, len(got), changed, len(tc.want), tc.changed)
+		}
+		for i := range got {
+			if !got[i].Equal(&tc.want[i]) {
+				t.Fatalf("%s: row %d: %+v, want %+v", tc.name, i, got[i], tc.want[i])
+			}
+		}
+		for i := range want {
+			if !rows[i].Equal(&want[i]) {
+				t.Fatalf("%s: cached row %d changed", tc.name, i)
+			}
+		}
 	}
 }

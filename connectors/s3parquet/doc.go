@@ -83,6 +83,14 @@
 // every price kandle accepts; Write still rejects (RejectedError) a candle
 // with a price of 10^20 or more instead of writing a file readers misread.
 //
+// The files are written column by column by the package's own Parquet
+// writer (encode.go): data pages v1 of at most 64 KiB of values, each
+// compressed with zstd at its fastest level, symbol and timeframe
+// dictionary encoded, every other column PLAIN, min/max statistics per
+// column chunk. The bytes depend only on the candles and row_group_rows,
+// so a replay rewrites an object with the same bytes. Files are read with
+// parquet-go (Decode, Reader).
+//
 // Volumes are exact sums that may need up to 36 decimal places (a quote
 // volume keeps every digit of price × qty) and more than 38 digits, which no
 // Parquet DECIMAL that common readers support can hold, so they are stored

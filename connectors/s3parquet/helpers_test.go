@@ -247,3 +247,12 @@ func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+// encode is the sink's encoder for tests: cs as one Parquet file.
+func encode(cs []candle.Candle, rowGroupRows int) ([]byte, error) {
+	e, err := newEncoder(1)
+	if err != nil {
+		return nil, err
+	}
+	return e.encode(cs, rowGroupRows)
+}

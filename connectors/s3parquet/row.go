@@ -58,14 +58,6 @@ func dec128(b [16]byte) decimal.Decimal {
 	return decimal.FromRaw(binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]))
 }
 
-func toRow(c *candle.Candle) row {
-	return row{
-		Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
-		Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
-		Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap,
-	}
-}
-
 func fromRow(r *row) (candle.Candle, error) {
 	v, err1 := decimal.ParseSum([]byte(r.Volume))
 	q, err2 := decimal.ParseSum([]byte(r.QuoteVolume))
@@ -88,37 +80,10 @@ func fromRowV1(r *rowV1) candle.Candle {
 	}
 }
 
-// pageBytes is the uncompressed page size. parquet-go allocates column
-// buffers of this size per writer, so it is kept below the 256 KiB default
-// (a day of 1m candles is 23 KiB per decimal column). It is a constant:
+// pageBytes bounds the values of one page before compression (a day of
+// 1m candles is 23 KiB per decimal column, one page). It is a constant:
 // page boundaries are part of the bytes that must be deterministic.
 const pageBytes = 64 << 10
-
-// encode returns cs (already sorted by open_time) as one Parquet file.
-//
-// Each file gets a fresh writer: a reused (Reset) writer carries state
-// such as dictionaries into the next file, and the bytes would then depend
-// on what was flushed before, breaking replay determinism.
-func encode(cs []candle.Candle, rowGroupRows int) ([]byte, error) {
-	var buf bytes.Buffer
-	w := parquet.NewGenericWriter[row](&buf,
-		parquet.Compression(&parquet.Zstd),
-		parquet.MaxRowsPerRowGroup(int64(rowGroupRows)),
-		parquet.PageBufferSize(pageBytes),
-		parquet.CreatedBy("kandle", "", ""),
-	)
-	rows := make([]row, len(cs))
-	for i := range cs {
-		rows[i] = toRow(&cs[i])
-	}
-	if _, err := w.Write(rows); err != nil {
-		return nil, fmt.Errorf("encode parquet: %w", err)
-	}
-	if err := w.Close(); err != nil {
-		return nil, fmt.Errorf("encode parquet: %w", err)
-	}
-	return buf.Bytes(), nil
-}
 
 // errCorrupt marks an object that exists but is not a readable candle file.
 var errCorrupt = errors.New("not a readable candle parquet file")

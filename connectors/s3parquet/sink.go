@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ type Sink struct {
 	clock      Clock
 	minBackoff time.Duration
 	cache      *writeCache // nil with unconditional writes: nothing fences a write based on it
+	enc        *encoder
 
 	mu     sync.Mutex
 	closed bool
@@ -64,8 +66,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3parquet: %w", err)
 	}
+	enc, err := newEncoder(min(cfg.Concurrency, runtime.GOMAXPROCS(0)))
+	if err != nil {
+		return nil, fmt.Errorf("s3parquet: %w", err)
+	}
 	s := &Sink{
-		cfg: cfg, m: m, clock: o.clock, minBackoff: o.minBackoff,
+		cfg: cfg, m: m, clock: o.clock, minBackoff: o.minBackoff, enc: enc,
 		log: o.log.With("sink", o.name, "url", cfg.URL),
 		buf: map[partKey]*part{},
 	}
@@ -336,7 +342,7 @@ func (s *Sink) writeCached(ctx context.Context, key string, p *part, e *cached) 
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
 	s.m.cacheHits.Inc()
-	data, err := encode(cs, s.cfg.RowGroupRows)
+	data, err := s.enc.encode(cs, s.cfg.RowGroupRows)
 	if err != nil {
 		return false, err
 	}
@@ -379,7 +385,7 @@ func (s *Sink) merge(ctx context.Context, key string, p *part) error {
 		cs = append(cs, c)
 	}
 	sortByOpen(cs)
-	data, err := encode(cs, s.cfg.RowGroupRows)
+	data, err := s.enc.encode(cs, s.cfg.RowGroupRows)
 	if err != nil {
 		return err
 	}
