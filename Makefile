@@ -5,6 +5,10 @@ PKGS     := ./...
 # -count=1: always execute (never report cached results). Packages run one at a
 # time: the crash harness and the emulator tests compete
 # for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
+# Inside a package, tests that mostly wait for the wall clock with servers of
+# their own call t.Parallel (cmd/kandle's wallClockTest, the TestKinesis
+# subtests): -parallel (GOMAXPROCS by default) of them run at once, which keeps
+# make test under ~10 minutes on 2 cores.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
 .PHONY: build demo test deps bench bench-peers bench-replay soak lint docs chart-lib clean fuzz

@@ -234,13 +234,24 @@ func ParseEpochMillis(raw []byte) (int64, bool) {
 	if len(raw) == 0 || len(raw) > 16 {
 		return 0, false
 	}
-	var ms int64
-	if len(raw) >= 8 { // today's epoch ms have 13 digits: the first 8 in one step
-		v, ok := eightDigits(binary.LittleEndian.Uint64(raw))
-		if !ok {
+	if n := len(raw); n > 8 {
+		// Today's epoch ms have 13 digits: two eight-digit steps. The last
+		// eight digits in one; the first n-8, padded with leading '0's to
+		// eight, in the other.
+		const ones = 0x0101010101010101
+		pad := 8 * uint(16-n) // bits of padding: 8 × (8 - (n-8))
+		hiw := binary.LittleEndian.Uint64(raw)<<(pad&63) | ones*'0'&(1<<(pad&63)-1)
+		hi, ok1 := eightDigits(hiw)
+		lo, ok2 := eightDigits(binary.LittleEndian.Uint64(raw[n-8:]))
+		if !ok1 || !ok2 {
 			return 0, false
 		}
-		ms, raw = int64(v), raw[8:]
+		return int64(hi*1e8 + lo), true
+	}
+	var ms int64
+	if len(raw) == 8 {
+		v, ok := eightDigits(binary.LittleEndian.Uint64(raw))
+		return int64(v), ok
 	}
 	for _, c := range raw {
 		if c < '0' || c > '9' {

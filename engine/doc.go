@@ -17,6 +17,18 @@
 // too: a consumer group per sink that reads output topics and writes to the
 // external store.
 //
+// # Processor kinds
+//
+// A stage builds the processor of each input partition with its kind
+// (kinds.go): the built-in candles (multi-metric readings included),
+// rollup and silence, or a kind registered in topology.Registry.Processors
+// whose value implements ProcessorKind. NewProcessor gets a Partition: the
+// processor's settings, its source and decoder config, its timeframe, the
+// timeframe it reads and the rollup timeframes it marks quiet. Stages,
+// replay and `kandle test` handle any kind alike: candles go to the output
+// topic and the rollups reading it, events (a kind whose facts say its
+// output is not candles) go to the output topic and event sinks.
+//
 // # Quiet records
 //
 // When a key's run of candles ends (max_idle), the candle processor emits

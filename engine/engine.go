@@ -273,7 +273,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		if !e.runs(spec.Name) {
 			continue
 		}
-		if src := e.top.Sources[spec.Input]; !spec.Rollup && src != nil && src.Kind == "kinesis" {
+		if src := spec.kinesisSource(); src != nil {
 			ks, err := newKinesisStage(e, spec, src)
 			if err != nil {
 				cancel(err)
@@ -422,7 +422,7 @@ func (e *Engine) topicSpecs() []kafka.TopicSpec {
 		}
 	}
 	for _, src := range e.top.Sources {
-		if src.Kind == "" || src.Kind == "kafka" {
+		if !src.IsKinesis() {
 			add(kafka.TopicSpec{Name: src.Topic, Partitions: int32(src.Partitions)})
 		}
 	}
@@ -464,10 +464,7 @@ func (e *Engine) changelogSpecs(ctx context.Context, cl *kgo.Client) ([]kafka.To
 	return specs, nil
 }
 
-func (e *Engine) kinesisInput(s *stageSpec) bool {
-	src := e.top.Sources[s.Input]
-	return !s.Rollup && src != nil && src.Kind == "kinesis"
-}
+func (e *Engine) kinesisInput(s *stageSpec) bool { return s.kinesisSource() != nil }
 
 // inputPartitions is the partition count of a stage's input topic, which is
 // also the partition count of its changelog.
@@ -505,7 +502,11 @@ func (e *Engine) runLiveStage(ctx context.Context, spec *stageSpec, st *liveStag
 }
 
 // isFencedProducer reports a transactional producer fenced for good: only
-// a new client (a new InitProducerID) can produce again.
+// a new client (a new InitProducerID) can produce again. INVALID_TXN_STATE
+// belongs here too: a zombie thawed after the coordinator aborted its
+// transaction and bumped its epoch gets it from EndTxn, and the client then
+// refuses every Begin ("producer ID has a fatal, unrecoverable error").
 func isFencedProducer(err error) bool {
-	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch)
+	return errors.Is(err, kerr.ProducerFenced) || errors.Is(err, kerr.InvalidProducerEpoch) ||
+		errors.Is(err, kerr.InvalidTxnState)
 }

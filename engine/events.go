@@ -12,21 +12,6 @@ import (
 	"github.com/kandle/kandle/topology"
 )
 
-// newSilence builds the silence processor of one input partition from the
-// stage's source fields and levels.
-func (s *stageSpec) newSilence(live bool, clock processors.Clock) (processor, error) {
-	p := s.Proc
-	levels := make([]processors.SilenceLevel, len(p.Levels))
-	for i, l := range p.Levels {
-		levels[i] = processors.SilenceLevel{Name: l.Name, After: l.After, Action: l.Action}
-	}
-	f := s.decoder.Fields
-	return processors.NewSilence(processors.SilenceConfig{
-		Levels: levels, Key: f.Key, Time: f.Time, Carry: p.Carry, Retire: p.RetireField,
-		MaxRecordBytes: s.decoder.MaxRecordBytes, KeyCheck: s.decoder.KeyCheck, IdleTimeout: p.IdleTimeout, Live: live,
-	}, clock)
-}
-
 // emitEvents produces out's events to the stage's output topic, keyed by
 // their key, with produce (which adds them to the open transaction).
 func emitEvents(ctx context.Context, m *metrics, spec *stageSpec, out *processors.Output, produce func(context.Context, *kgo.Record)) {
@@ -99,19 +84,6 @@ func (o *WriterOutput) Event(_ string, _ string, ev *processors.Event) error {
 	o.buf = append(append(o.buf[:0], ev.Value...), '\n')
 	_, err := o.W.Write(o.buf)
 	return err
-}
-
-// newMultiMetric builds the candle processor of a source with several
-// value fields: one series per metric.
-func (s *stageSpec) newMultiMetric(live bool, clock processors.Clock) (processor, error) {
-	p, f := s.Proc, s.decoder.Fields
-	return processors.NewMultiMetric(processors.MetricsConfig{
-		Key: f.Key, Time: f.Time, Values: s.values, Symbols: s.decoder.Symbols, MaxRecordBytes: s.decoder.MaxRecordBytes,
-		KeyCheck: s.decoder.KeyCheck,
-	}, processors.CandleConfig{
-		Timeframe: s.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
-		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: live, Rollups: s.rollups,
-	}, clock)
 }
 
 // EventSink is a sink that takes events (JSON objects) from processors of

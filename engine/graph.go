@@ -17,16 +17,17 @@ type stageSpec struct {
 	Name      string
 	Proc      *topology.Processor
 	Timeframe candle.Timeframe
-	Rollup    bool
-	Kind      topology.ProcessorKind
+	Rollup    bool // it reads another processor's output (Kind.FromProcessor)
+	Kind      topology.KindFacts
 	// Input is the source name (candles) or upstream processor name (rollup).
 	Input       string
 	InputTopic  string
 	OutputTopic string
 	OutputParts int
+	source      *topology.Source // stages reading a source
 	decoder     processors.DecoderConfig
-	values      []string         // multi-metric readings: the metric fields
 	from        candle.Timeframe // rollups: the upstream timeframe
+	build       builder          // the kind's processor of one partition
 	// rollups are the timeframes built from this stage's candles, directly
 	// or through other rollups: its processor emits quiet marks for them,
 	// and its output carries them as quiet records (quiet.go).
@@ -36,25 +37,17 @@ type stageSpec struct {
 // newProcessor builds the processor of one input partition. live enables the
 // wall-clock idle advance.
 func (s *stageSpec) newProcessor(live bool, clock processors.Clock) (processor, error) {
-	if s.Rollup {
-		return processors.NewRollup(processors.RollupConfig{From: s.from, To: s.Timeframe})
+	return s.build(&Partition{Name: s.Name, Processor: s.Proc, Source: s.source, Decoder: s.decoder,
+		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups, Live: live, Clock: clock})
+}
+
+// kinesisSource returns the source of a stage that reads a Kinesis stream,
+// else nil.
+func (s *stageSpec) kinesisSource() *topology.Source {
+	if s.source != nil && s.source.IsKinesis() {
+		return s.source
 	}
-	if s.Kind.Name == "silence" {
-		return s.newSilence(live, clock)
-	}
-	if len(s.values) > 0 {
-		return s.newMultiMetric(live, clock)
-	}
-	dec, err := processors.NewDecoder(s.decoder)
-	if err != nil {
-		return nil, err
-	}
-	p := s.Proc
-	return processors.NewAggregator(processors.CandleConfig{
-		Timeframe: s.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
-		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, Dedupe: p.Dedupe, GapFill: p.GapFill,
-		Live: live, Decoder: dec, Rollups: s.rollups,
-	}, clock)
+	return nil
 }
 
 // graph is a topology resolved into stages in dependency order.
@@ -70,13 +63,18 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 	g := &graph{top: t, byName: map[string]*stageSpec{}}
 	for _, st := range t.Stages() {
 		p := st.Processor
-		kind, ok := topology.KindOf(p)
+		kind, ok := t.KindOf(p)
 		if !ok {
 			return nil, fmt.Errorf("processor %s: unknown kind %q (run kandle validate)", st.Name, p.Kind)
 		}
-		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: t.TimeframeOf(p), Rollup: st.Upstream != nil, Kind: kind,
-			Input: st.Input, OutputTopic: p.Output.Topic, OutputParts: max(p.Output.Partitions, 1)}
-		if kind.Timeframe && s.Timeframe.N == 0 {
+		build, err := builderOf(kind)
+		if err != nil {
+			return nil, fmt.Errorf("processor %s: %w", st.Name, err)
+		}
+		facts := kind.Facts()
+		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: t.TimeframeOf(p), Rollup: st.Upstream != nil, Kind: facts,
+			Input: st.Input, OutputTopic: p.Output.Topic, OutputParts: max(p.Output.Partitions, 1), build: build}
+		if facts.Timeframe && s.Timeframe.N == 0 {
 			return nil, fmt.Errorf("processor %s: invalid timeframe %q (run kandle validate)", st.Name, p.Timeframe)
 		}
 		if s.Rollup {
@@ -90,7 +88,7 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 				return nil, fmt.Errorf("processor %s: no source named %q (run kandle validate)", st.Name, st.Input)
 			}
 			s.InputTopic = st.Source.Topic
-			s.decoder, s.values = decoderConfig(st.Source), st.Source.Fields.Values
+			s.source, s.decoder = st.Source, decoderConfig(st.Source)
 		}
 		g.byName[st.Name] = s
 		g.stages = append(g.stages, s)

@@ -57,7 +57,7 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 	adm := kadm.NewClient(cl)
 	var out []GroupOffsets
 	for _, s := range g.stages {
-		if src := t.Sources[s.Input]; !s.Rollup && src != nil && src.Kind == "kinesis" {
+		if src := s.kinesisSource(); src != nil {
 			gofs, err := kinesisOffsets(ctx, src.Kinesis, s.Name)
 			if err != nil {
 				return nil, fmt.Errorf("stage %s: %w", s.Name, err)

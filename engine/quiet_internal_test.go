@@ -43,7 +43,7 @@ func TestQuietRecordFormat(t *testing.T) {
 func TestRollupStageTakesQuietRecords(t *testing.T) {
 	tf1m, _ := candle.ParseTimeframe("1m", time.UTC)
 	tf5m, _ := candle.ParseTimeframe("5m", time.UTC)
-	s := &stageSpec{Name: "r5m", Rollup: true, Timeframe: tf5m, from: tf1m}
+	s := &stageSpec{Name: "r5m", Rollup: true, Timeframe: tf5m, from: tf1m, build: newRollup}
 	proc, err := s.newProcessor(false, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -123,7 +123,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	}
 	var cl *kgo.Client // only when a source is a Kafka topic: a Kinesis-only replay to a file needs no broker
 	var adm *kadm.Client
-	if slices.ContainsFunc(sortedSources(t), func(name string) bool { return t.Sources[name].Kind != "kinesis" }) {
+	if slices.ContainsFunc(sortedSources(t), func(name string) bool { return !t.Sources[name].IsKinesis() }) {
 		cl, err = newClient(t, brokers, kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 			kgo.KeepControlRecords(), kgo.WithLogger(kgoLogger(log)))
 		if err != nil {
@@ -188,7 +188,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	start := time.Now() // for progress only; results never depend on it
 	for _, srcName := range sortedSources(t) {
 		src := t.Sources[srcName]
-		if src.Kind == "kinesis" {
+		if src.IsKinesis() {
 			n, kerr := replayKinesis(ctx, p, g, srcName, src, o)
 			prog.Records += n
 			if kerr != nil {

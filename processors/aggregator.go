@@ -93,6 +93,7 @@ type keyState struct {
 	hidx                int          // index in the heap, -1 when not scheduled
 	dropped             []droppedWin // emitted windows whose id chunks must be deleted
 	curOpen, curClose   int64        // window of the last trade (cache)
+	cur                 *window      // that window while it is open, else nil
 	dirty, act, deleted bool
 	admitted            bool // a trade of it passed the decoder's key check (restored keys have not)
 	hasNum              bool
@@ -103,6 +104,15 @@ type keyState struct {
 	// emitted, and the next QuietMark is at quietNext.
 	quiet              bool
 	quietAt, quietNext int64
+}
+
+// sizeHint is how many trades k's next window will likely hold: as many as
+// its last emitted window, or its latest open one when it has emitted none.
+func (k *keyState) sizeHint() int {
+	if n := len(k.wins); k.lastN == 0 && n > 0 {
+		return int(min(k.wins[n-1].n, 1<<12))
+	}
+	return k.lastN
 }
 
 // newNum reports whether numeric id n is above every numeric id k holds.
@@ -215,10 +225,11 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	if checkID {
 		idNum, idIsNum = numericID(t.ID)
 	}
+	fresh := idIsNum && (k == nil || k.newNum(idNum))
 	if k != nil {
 		// A numeric id above every numeric id the key holds is new: the
 		// common case (exchanges number trades upwards) touches no window.
-		if checkID && !(idIsNum && k.newNum(idNum)) {
+		if checkID && !fresh {
 			for _, x := range k.wins {
 				if x.hasParsedID(t.ID, idNum, idIsNum) {
 					reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: t.Key,
@@ -227,7 +238,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 				}
 			}
 		}
-		w = k.find(open)
+		if w = k.cur; w == nil || w.open != open {
+			w = k.find(open)
+		}
 	}
 	v, q := decimal.SumOf(t.Qty), quote
 	if w != nil { // exact sums: they widen instead of failing
@@ -240,18 +253,24 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	k.admitted = true
 	if w == nil {
 		w = a.newWindow(open, close)
-		if checkID && cap(w.nums) < k.lastN && idIsNum {
-			// Size the id list like the key's last window: no regrowth per trade.
-			w.nums = make([]uint64, 0, k.lastN)
+		if hint := k.sizeHint(); checkID && cap(w.nums) < hint && idIsNum {
+			// Size the id list like the key's last window, with room for a
+			// busier one: no regrowth per trade, and a recycled window's list
+			// usually fits the next key that takes it.
+			w.nums = make([]uint64, 0, hint+hint/4+4)
 		}
 		k.insert(w)
 	}
 	w.add(t, v, q)
-	if checkID {
+	switch {
+	case checkID && fresh: // above every id of w too: no look at w's ids
+		w.appendNum(t.ID, idNum)
+		k.maxNum, k.hasNum = idNum, true
+	case checkID:
 		w.addParsedID(t.ID, idNum, idIsNum, true)
 		k.noteID(idNum, idIsNum)
 	}
-	k.curOpen, k.curClose = open, close
+	k.curOpen, k.curClose, k.cur = open, close, w
 	if !k.started || t.TS > k.lastTS {
 		k.lastTS = t.TS
 	}

@@ -51,6 +51,9 @@ type Decoder struct {
 	rej       Rejection         // why the last scan or intern failed
 	names     [numFields]string // field paths, for details
 	caps      [numFields]span
+	shape     shape    // layout of the last flat object accepted (see shape.go)
+	rec       shapeRec // scratch for learning it
+	noShape   bool     // tests: always use the general scanner
 	keyBuf    []byte
 	idBuf     []byte
 	tsBuf     []byte
@@ -155,21 +158,10 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 			Detail: fmt.Sprintf("record is %d bytes, the limit is %d", len(value), d.cfg.MaxRecordBytes)})
 	}
 	d.caps = [numFields]span{}
-	s := scanner{b: value, cap: &d.caps}
-	s.ws()
-	isObj := s.pos < len(value) && value[s.pos] == '{'
-	root := d.root
-	if !isObj {
-		root = nil
-	}
-	if _, ok := s.value(root, 0); !ok {
-		return nil, d.fail(Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("invalid JSON near byte %d", s.pos)})
-	}
-	if s.ws(); s.pos != len(value) {
-		return nil, d.fail(Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("unexpected data after the JSON value at byte %d", s.pos)})
-	}
-	if !isObj {
-		return nil, d.fail(Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"})
+	if d.shape.n == 0 || !d.shape.match(value, &d.caps) {
+		if !d.scanGeneral(value) {
+			return nil, false
+		}
 	}
 	c := &d.caps
 	// Key first, so that every later rejection can name it.
@@ -233,6 +225,31 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 		*quote = decimal.SumOf(q)
 	}
 	return kb, true
+}
+
+// scanGeneral validates value with the general scanner and fills d.caps;
+// on success it caches value's shape for the next record.
+func (d *Decoder) scanGeneral(value []byte) bool {
+	d.caps = [numFields]span{}
+	d.rec.n, d.rec.bad = 0, d.noShape
+	s := scanner{b: value, cap: &d.caps, rec: &d.rec}
+	s.ws()
+	isObj := s.pos < len(value) && value[s.pos] == '{'
+	root := d.root
+	if !isObj {
+		root = nil
+	}
+	if _, ok := s.value(root, 0); !ok {
+		return d.fail(Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("invalid JSON near byte %d", s.pos)})
+	}
+	if s.ws(); s.pos != len(value) {
+		return d.fail(Rejection{Reason: ReasonMalformedJSON, Detail: fmt.Sprintf("unexpected data after the JSON value at byte %d", s.pos)})
+	}
+	if !isObj {
+		return d.fail(Rejection{Reason: ReasonNotObject, Detail: "record is valid JSON but not an object"})
+	}
+	d.shape.learn(value, &d.rec)
+	return true
 }
 
 // intern returns the stable string of the key spelled kb, or rejects it

@@ -84,10 +84,27 @@ func TestDecodeAgreesWithEncodingJSON(t *testing.T) {
 
 // FuzzDecode: go test -fuzz FuzzDecode ./processors
 func FuzzDecode(f *testing.F) {
-	for _, s := range decodeSeeds {
+	for _, s := range append(decodeSeeds, shapeBases...) {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, in []byte) { checkDecode(t, testDecoder(t), in) })
+	f.Fuzz(func(t *testing.T, in []byte) {
+		d := testDecoder(t)
+		checkDecode(t, d, in)
+		// The shape cache: whatever shape it holds (in's own, once learned,
+		// or a base's), in decodes as the general scanner alone decodes it.
+		general := testDecoder(t)
+		general.noShape = true
+		want := decodeResult(general, in)
+		if got := decodeResult(d, in); got != want {
+			t.Fatalf("%q after itself: cached %s, general %s", in, got, want)
+		}
+		for _, base := range shapeBases {
+			decodeResult(d, []byte(base))
+			if got := decodeResult(d, in); got != want {
+				t.Fatalf("%q after %s: cached %s, general %s", in, base, got, want)
+			}
+		}
+	})
 }
 
 func TestDecoderConfigErrors(t *testing.T) {

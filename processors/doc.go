@@ -26,7 +26,9 @@
 // candle) when a device has sent nothing for a level's delay, measured on
 // the partition's ingestion clock, and a recovered event when it reports
 // again. A MultiMetric reader splits readings with several value fields
-// into one candle series per metric. All of them implement Processor.
+// into one candle series per metric. All of them implement Processor; so
+// does a new kind of processor, which a kind registered in the topology
+// builds per partition (engine.ProcessorKind).
 //
 // Everything here is single-goroutine and deterministic: no I/O, no
 // goroutines, no time.Now. Time comes from the records and from an injected

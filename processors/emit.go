@@ -121,6 +121,9 @@ func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 // recycle returns w to the pool, remembering its persisted id chunks so the
 // next Changes call deletes them.
 func (a *Aggregator) recycle(k *keyState, w *window) {
+	if k.cur == w {
+		k.cur = nil
+	}
 	if w.chunks > 0 {
 		k.dropped = append(k.dropped, droppedWin{w.open, w.chunks})
 	}

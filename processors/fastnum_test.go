@@ -3,6 +3,7 @@ package processors
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/kandle/kandle/candle"
@@ -71,13 +72,7 @@ func TestFixedAgreesWithDecimal(t *testing.T) {
 func TestParseEpochMillisAgreesWithBytewise(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 300000 {
-		b := make([]byte, rng.IntN(18))
-		for i := range b {
-			b[i] = byte('0' + rng.IntN(10))
-			if rng.IntN(12) == 0 {
-				b[i] = byte(rng.IntN(256))
-			}
-		}
+		b := randomDigits(rng, 18, 12)
 		var want int64
 		wantOK := len(b) > 0 && len(b) <= 16
 		for _, c := range b {
@@ -126,4 +121,34 @@ func TestFixedWordAgreesWithFixed(t *testing.T) {
 	if decided < 20000 {
 		t.Fatalf("only %d inputs decided by parseFixedWord", decided)
 	}
+}
+
+// TestNumericIDAgreesWithParseUint: numericID accepts exactly the
+// canonical decimal spellings (no sign, no leading zero, fits uint64 in at
+// most 19 digits) and reads them as strconv does, on digit strings of every
+// length with stray bytes and leading zeros.
+func TestNumericIDAgreesWithParseUint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for range 300000 {
+		id := string(randomDigits(rng, 22, 15))
+		want, err := strconv.ParseUint(id, 10, 64)
+		wantOK := err == nil && len(id) <= 19 && (len(id) == 1 || id[0] != '0') && strconv.FormatUint(want, 10) == id
+		got, ok := numericID(id)
+		if ok != wantOK || (ok && got != want) {
+			t.Fatalf("numericID(%q) = %d, %v; want %d, %v", id, got, ok, want, wantOK)
+		}
+	}
+}
+
+// randomDigits returns up to maxLen-1 random digits, about one byte in
+// strayOneIn of them replaced by any byte.
+func randomDigits(rng *rand.Rand, maxLen, strayOneIn int) []byte {
+	b := make([]byte, rng.IntN(maxLen))
+	for i := range b {
+		b[i] = byte('0' + rng.IntN(10))
+		if rng.IntN(strayOneIn) == 0 {
+			b[i] = byte(rng.IntN(256))
+		}
+	}
+	return b
 }

@@ -105,6 +105,7 @@ type scanner struct {
 	b   []byte
 	pos int
 	cap *[numFields]span
+	rec *shapeRec // records the top-level members for the shape cache
 }
 
 func (s *scanner) ws() { s.pos = skipWS(s.b, s.pos) }
@@ -384,6 +385,7 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 			}
 		}
 		i = skipWS(b, i+1)
+		vs := i // the value's first byte
 		var node *pathNode
 		if lvl != nil && !esc && len(name) > 0 && lvl.first[name[0]] {
 			if key != 0 {
@@ -456,6 +458,9 @@ func (s *scanner) object(lvl *pathLevel, depth int) bool {
 		}
 		if node != nil && node.field >= 0 {
 			s.cap[node.field] = sp
+		}
+		if depth == 1 && s.rec != nil {
+			s.rec.add(vs, i, sp.kind, node)
 		}
 		if i >= len(b) || (b[i] != ',' && b[i] != '}') {
 			i = skipWS(b, i)

@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"iter"
 )
@@ -17,10 +18,46 @@ type table[V any] struct {
 }
 
 type slot[V any] struct {
-	h    uint64
-	key  string
-	v    V
-	used bool
+	h      uint64
+	w0, w1 uint64 // the key's first 16 bytes (zero-padded): most keys compare without reading key's bytes
+	key    string
+	v      V
+	used   bool
+}
+
+// keyWords returns the first 16 bytes of b, zero-padded, as two words. When
+// b's capacity allows it reads them with two loads and masks off the bytes
+// past len(b).
+func keyWords(b []byte) (w0, w1 uint64) {
+	n := len(b)
+	if cap(b) >= 16 {
+		b16 := b[:16:16]
+		w0, w1 = binary.LittleEndian.Uint64(b16), binary.LittleEndian.Uint64(b16[8:])
+	} else {
+		var buf [16]byte
+		copy(buf[:], b)
+		w0, w1 = binary.LittleEndian.Uint64(buf[:]), binary.LittleEndian.Uint64(buf[8:])
+	}
+	switch {
+	case n < 8:
+		return w0 & (1<<(8*uint(n)) - 1), 0
+	case n < 16:
+		return w0, w1 & (1<<(8*uint(n-8)) - 1)
+	}
+	return w0, w1
+}
+
+// keyWordsString is keyWords for a string.
+func keyWordsString(key string) (w0, w1 uint64) {
+	var buf [16]byte
+	copy(buf[:], key)
+	return binary.LittleEndian.Uint64(buf[:]), binary.LittleEndian.Uint64(buf[8:])
+}
+
+// is reports whether s holds the key spelled b, whose hash is h and whose
+// first 16 bytes are w0, w1. Only keys longer than 16 bytes compare the rest.
+func (s *slot[V]) is(h, w0, w1 uint64, b []byte) bool {
+	return s.h == h && s.w0 == w0 && s.w1 == w1 && len(s.key) == len(b) && (len(b) <= 16 || s.key[16:] == string(b[16:]))
 }
 
 func newTable[V any]() table[V] {
@@ -32,13 +69,14 @@ func (t *table[V]) len() int { return t.n }
 // lookup returns the slot of the key spelled b, or nil.
 func (t *table[V]) lookup(b []byte) *slot[V] {
 	h := maphash.Bytes(t.seed, b)
+	w0, w1 := keyWords(b)
 	mask := uint64(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if !s.used {
 			return nil
 		}
-		if s.h == h && s.key == string(b) {
+		if s.is(h, w0, w1, b) {
 			return s
 		}
 	}
@@ -77,7 +115,8 @@ func (t *table[V]) put(key string, v V) {
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if !s.used {
-			*s = slot[V]{h, key, v, true}
+			w0, w1 := keyWordsString(key)
+			*s = slot[V]{h, w0, w1, key, v, true}
 			t.n++
 			return
 		}

@@ -8,11 +8,25 @@ import (
 
 // TestKeyTableMatchesMap runs random puts, gets and deletes against a Go map.
 func TestKeyTableMatchesMap(t *testing.T) {
+	t.Run("short", func(t *testing.T) {
+		testKeyTable(t, func(rng *rand.Rand) string { return fmt.Sprintf("K%d", rng.IntN(3000)) })
+	})
+	// Keys of 0 to 40 bytes, many sharing their first 16 (the slot's
+	// words), so the compare of the rest and of the length is what tells
+	// them apart.
+	t.Run("any length", func(t *testing.T) {
+		testKeyTable(t, func(rng *rand.Rand) string {
+			return "SYMBOL-LONG-PREFIX-0123456789"[:rng.IntN(30)] + fmt.Sprint(rng.IntN(100))[:rng.IntN(2)]
+		})
+	})
+}
+
+func testKeyTable(t *testing.T, genKey func(*rand.Rand) string) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	tab := newTable[*keyState]()
 	ref := map[string]*keyState{}
 	for i := range 200000 {
-		key := fmt.Sprintf("K%d", rng.IntN(3000))
+		key := genKey(rng)
 		switch rng.IntN(3) {
 		case 0:
 			k := &keyState{key: key}
@@ -25,6 +39,11 @@ func TestKeyTableMatchesMap(t *testing.T) {
 		if got, _ := tab.get([]byte(key)); got != ref[key] {
 			want := ref[key]
 			t.Fatalf("step %d: get(%q) = %p, want %p", i, key, got, want)
+		}
+		// The key's bytes inside a longer record: get must ignore what follows.
+		rec := append([]byte(key), "\",\"t\":1234567890123}"...)
+		if got, _ := tab.get(rec[:len(key)]); got != ref[key] {
+			t.Fatalf("step %d: get(%q) in a record = %p, want %p", i, key, got, ref[key])
 		}
 		if got, _ := tab.getString(key); got != ref[key] {
 			want := ref[key]

@@ -76,9 +76,18 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 	for i, k := range a.dirty {
 		a.dirty[i] = nil
 		k.dirty = false
+		// The key's id chunk entries share "i"+len+key, built once per key:
+		// a busy window leaves one chunk per Changes call to delete.
+		ip := 0 // len of that prefix in a.kbuf, 0 until built
 		for _, d := range k.dropped {
+			if ip == 0 {
+				a.kbuf = idsPrefix(a.kbuf[:0], k.key)
+				ip = len(a.kbuf)
+			}
+			a.kbuf = binary.AppendVarint(a.kbuf[:ip], d.open)
+			op := len(a.kbuf)
 			for seq := range d.chunks {
-				a.kbuf = idsKey(a.kbuf[:0], k.key, d.open, seq)
+				a.kbuf = binary.AppendUvarint(a.kbuf[:op], uint64(seq))
 				fn(a.kbuf, nil)
 			}
 		}
@@ -92,7 +101,12 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		}
 		for _, w := range k.wins {
 			if len(w.unsaved) > 0 {
-				a.kbuf = idsKey(a.kbuf[:0], k.key, w.open, w.chunks)
+				if ip == 0 {
+					a.kbuf = idsPrefix(a.kbuf[:0], k.key)
+					ip = len(a.kbuf)
+				}
+				a.kbuf = binary.AppendVarint(a.kbuf[:ip], w.open)
+				a.kbuf = binary.AppendUvarint(a.kbuf, uint64(w.chunks))
 				fn(a.kbuf, w.unsaved)
 				w.chunks++
 				w.unsaved = w.unsaved[:0]
@@ -105,12 +119,13 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 	a.dirty = a.dirty[:0]
 }
 
-func idsKey(b []byte, key string, open int64, seq uint32) []byte {
+// idsPrefix appends the start of key's id chunk entries: "i"+len+key. An
+// entry's key goes on with the window's open time and the chunk's number
+// (varint, uvarint).
+func idsPrefix(b []byte, key string) []byte {
 	b = append(b, entryIDs)
 	b = binary.AppendUvarint(b, uint64(len(key)))
-	b = append(b, key...)
-	b = binary.AppendVarint(b, open)
-	return binary.AppendUvarint(b, uint64(seq))
+	return append(b, key...)
 }
 
 // Restore loads one entry produced by Changes. Call it for every stored

@@ -12,6 +12,15 @@
 //
 // Sink connectors own their config structs. cmd/kandle passes them in a
 // Registry, so this package never imports a connector.
+//
+// Processor kinds are values of ProcessorKind: its facts (what the kind
+// reads, whether it needs a timeframe, whether its output holds candles a
+// rollup may read) drive the checks every kind shares, Validate adds its
+// own, and Fingerprint lists the settings its state depends on. candles,
+// rollup and silence are built in; Registry.Processors adds a kind (it
+// must also implement engine.ProcessorKind for the engine to run it). A
+// kind's settings are keys of Processor: a kind that needs new keys adds
+// them to model.go.
 package topology
 
 import _ "time/tzdata" // zones resolve the same on every machine, with or without system tzdata

@@ -38,7 +38,8 @@ import (
 // CompatibleChanges), as is another rollup of a timeframe already listed.
 //
 // For a silence processor it is its input, key and time fields and the
-// names of its levels in order (their delays and actions may change).
+// names of its levels in order (their delays and actions may change). A
+// registered kind lists its own, after the kind (ProcessorKind.Fingerprint).
 //
 // Everything else is compatible: idle_timeout and max_future (they decide
 // when a live partition moves on, not what a window holds), the output
@@ -184,72 +185,21 @@ func (t *Topology) fingerprintFields(p *Processor, prefix string, depth int) ([]
 	if depth > len(t.Processors) {
 		return nil, fmt.Errorf("rollup chain loops")
 	}
-	var out []FingerprintField
-	add := func(name, value string) { out = append(out, FingerprintField{Name: prefix + name, Value: value}) }
-	add("kind", p.Kind)
-	if p.Kind == "silence" {
-		src := t.Sources[p.From]
-		if src == nil {
-			return nil, fmt.Errorf("reads unknown source %q", p.From)
-		}
-		add("input", src.inputName())
-		add("fields.key", src.Fields.Key)
-		add("fields.time", src.Fields.Time)
-		// A device remembers how many levels of its silence fired: the
-		// names in order give those counts their meaning (delays may change).
-		names := make([]string, len(p.Levels))
-		for i, l := range p.Levels {
-			names[i] = l.Name
-		}
-		add("levels", strings.Join(names, ","))
-		return out, nil
+	kind, ok := t.KindOf(p)
+	if !ok {
+		return nil, fmt.Errorf("unknown kind %q", p.Kind)
 	}
-	tf := t.TimeframeOf(p)
-	if tf.N == 0 {
-		return nil, fmt.Errorf("invalid timeframe %q", p.Timeframe)
+	f := &FingerprintFields{t: t, prefix: prefix, depth: depth}
+	f.Add("kind", p.Kind)
+	if err := kind.Fingerprint(f, p); err != nil {
+		return nil, err
 	}
-	add("timeframe", canonicalTimeframe(tf))
-	if tf.Unit >= candle.Day {
-		zone := "UTC"
-		if tf.Loc != nil {
-			zone = tf.Loc.String()
-		}
-		add("zone", zone)
-	}
-	if p.Kind == "rollup" {
-		up := t.Processors[p.From]
-		if up == nil {
-			return nil, fmt.Errorf("rolls up unknown processor %q", p.From)
-		}
-		add("input", "kafka topic "+up.Output.Topic)
-		upf, err := t.fingerprintFields(up, prefix+"from.", depth+1)
-		if err != nil {
-			return nil, err
-		}
-		return append(out, upf...), nil
-	}
-	src := t.Sources[p.From]
-	if src == nil {
-		return nil, fmt.Errorf("reads unknown source %q", p.From)
-	}
-	add("input", src.inputName())
-	add("fields.key", src.Fields.Key)
-	add("fields.time", src.Fields.Time)
-	add("fields.price", src.Fields.Price)
-	if len(src.Fields.Values) > 0 {
-		add("fields.values", strings.Join(src.Fields.Values, ","))
-	}
-	add("fields.qty", src.Fields.Qty)
-	add("fields.id", src.Fields.ID)
-	add("lateness", canonicalDuration(p.Lateness))
-	add("max_idle", canonicalDuration(p.MaxIdle))
-	add("dedupe", strconv.FormatBool(p.Dedupe))
-	add("gap_fill", strconv.FormatBool(p.GapFill))
-	if prefix == "" { // a rollup's state does not depend on its siblings
-		add(quietMarksField, t.quietMarks(p))
-	}
-	return out, nil
+	return f.out, nil
 }
+
+func errInvalidTimeframe(tf string) error   { return fmt.Errorf("invalid timeframe %q", tf) }
+func errUnknownSource(name string) error    { return fmt.Errorf("reads unknown source %q", name) }
+func errUnknownProcessor(name string) error { return fmt.Errorf("rolls up unknown processor %q", name) }
 
 // quietMarks lists, comma-separated and shortest first, the distinct
 // timeframes (with their zone, for days and longer) of the rollups built
@@ -268,7 +218,7 @@ func (t *Topology) quietMarks(p *Processor) string {
 		}
 		for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
 			r := t.Processors[name]
-			if r.Kind != "rollup" || t.Processors[r.From] != from {
+			if t.upstream(r) != from {
 				continue
 			}
 			tf := t.TimeframeOf(r)
@@ -296,7 +246,7 @@ func (t *Topology) quietMarks(p *Processor) string {
 
 // inputName says which stream a source reads, for fingerprints.
 func (s *Source) inputName() string {
-	if s.Kind == "kinesis" {
+	if s.IsKinesis() {
 		return "kinesis stream " + s.Kinesis.Stream
 	}
 	return "kafka topic " + s.Topic

@@ -37,7 +37,7 @@ func (t *Topology) Stages() []Stage {
 		}
 		done[name] = true
 		st := Stage{Name: name, Processor: p, Input: p.From}
-		if k, _ := KindOf(p); k.FromProcessor {
+		if k, ok := t.KindOf(p); ok && k.Facts().FromProcessor {
 			st.Upstream = t.Processors[p.From]
 		} else {
 			st.Source = t.Sources[p.From]
@@ -93,7 +93,7 @@ func (t *Topology) SourceOf(p *Processor) (string, *Source) {
 		if p == nil {
 			return "", nil
 		}
-		if p.Kind != "rollup" {
+		if k, ok := t.KindOf(p); !ok || !k.Facts().FromProcessor {
 			return p.From, t.Sources[p.From]
 		}
 		p = t.Processors[p.From]
@@ -102,6 +102,7 @@ func (t *Topology) SourceOf(p *Processor) (string, *Source) {
 }
 
 // ReferenceMarkdown renders docs/reference.md: every key of a topology file,
+// then a paragraph for each registered processor kind that is not built in,
 // then, for each registered sink kind (sorted), the keys of its config.
 // With the zero Registry only the topology part is rendered, which is
 // therefore always a prefix of the full reference.
@@ -111,6 +112,12 @@ func ReferenceMarkdown(reg Registry) string {
 	b.WriteString("<!-- Generated from the tags of topology/model.go and the registered sink configs; do not edit. -->\n\n")
 	b.WriteString("A topology file is YAML. Unknown keys are errors. Durations are written like 2s, 500ms, 1m or 24h.\n\n")
 	b.WriteString(spec.Markdown("Topology file", &Topology{}))
+	for _, name := range reg.processorKinds()[len(builtinKinds()):] {
+		b.WriteString("## Processor kind `" + name + "`\n\n")
+		if doc := reg.Processors[name].Facts().Doc; doc != "" {
+			b.WriteString(doc + "\n\n")
+		}
+	}
 	for _, name := range reg.kinds() {
 		k := reg.Sinks[name]
 		if k.New == nil {

@@ -32,6 +32,7 @@ type Topology struct {
 
 	root  *yaml.Node // the parsed document, for positions
 	order order      // names in file order
+	reg   Registry   // the kinds it was parsed with (KindOf)
 }
 
 // order keeps the file order of the named maps (Go maps have none).
@@ -86,6 +87,10 @@ type Source struct {
 	KeyCheck       bool     `yaml:"key_check" default:"true" doc:"Reject (reason key_mismatch) a record whose record key (Kafka) or partition key (Kinesis) is not its key field's value, or that has no key: a key spread over two partitions would get two final candles per window. Turn off only for a producer that routes keys to partitions some other way."`
 	Kinesis        Kinesis  `yaml:"kinesis" doc:"Kinesis stream settings (kind kinesis)."`
 }
+
+// IsKinesis reports whether s reads a Kinesis stream (kind kinesis, named
+// by Kinesis.Stream); otherwise it reads the Kafka topic Topic.
+func (s *Source) IsKinesis() bool { return s.Kind == "kinesis" }
 
 // Fields maps record fields to trade fields. Field names may be dotted
 // paths into nested objects ("data.p").

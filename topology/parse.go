@@ -50,8 +50,9 @@ func Parse(file string, data []byte, reg Registry) (*Topology, error) {
 			"the file expands to more than %d YAML nodes through aliases (*name) and merge keys (<<): "+
 				"a topology needs far fewer; remove the nested aliases", maxExpandedNodes)}}
 	}
-	t := &Topology{File: file, root: &doc}
-	d := spec.NewDecoder(file, spec.WithHook[Sink](sinkHook(reg)))
+	t := &Topology{File: file, root: &doc, reg: reg}
+	d := spec.NewDecoder(file, spec.WithHook[Sink](sinkHook(reg)),
+		spec.WithEnum[Processor]("kind", reg.processorKinds()))
 	d.Decode(&doc, "", t)
 	ps := d.Problems()
 	t.order = order{
@@ -82,7 +83,7 @@ func (t *Topology) applyDefaults() {
 		}
 	}
 	for _, s := range t.Sources {
-		if s != nil && s.Kind == "kinesis" && s.Kinesis.LeaseTable == "" {
+		if s != nil && s.IsKinesis() && s.Kinesis.LeaseTable == "" {
 			s.Kinesis.LeaseTable = "kandle-" + t.Name + "-leases"
 		}
 	}

@@ -12,9 +12,14 @@ type SinkKind struct {
 	Validate func(cfg any) []string
 }
 
-// Registry lists the sink kinds a topology may use. The zero Registry has none.
+// Registry lists the sink kinds a topology may use, and the processor kinds
+// it may use besides the built-in ones (candles, rollup, silence). The zero
+// Registry has no sink kinds and only the built-in processor kinds.
 type Registry struct {
 	Sinks map[string]SinkKind
+	// Processors adds processor kinds by name (a built-in name is taken
+	// over by the registered kind).
+	Processors map[string]ProcessorKind
 }
 
 func (r Registry) kinds() []string {

@@ -165,8 +165,12 @@ func (c *checker) processors() {
 			loc = time.UTC
 		}
 		p.loc = loc
-		kind, known := KindOf(p)
-		if p.Timeframe != "" && (kind.Timeframe || !known) {
+		kind, known := t.KindOf(p)
+		var facts KindFacts
+		if known {
+			facts = kind.Facts()
+		}
+		if p.Timeframe != "" && (facts.Timeframe || !known) {
 			tf, err := candle.ParseTimeframe(p.Timeframe, loc)
 			if err != nil {
 				c.report(c.at("processors", name, "timeframe"), "%s.timeframe: %v", path, err)
@@ -174,18 +178,16 @@ func (c *checker) processors() {
 				p.tf = tf
 			}
 		}
-		if p.Kind == "candles" && p.MaxFuture > 0 && p.MaxFuture > p.Lateness {
-			c.report(c.at("processors", name, "max_future"), "%s.max_future: %s is more than lateness (%s): one record stamped max_future ahead of the clock would move the watermark past the clock and make on-time trades late; keep max_future at most lateness (defaults: 1s and 2s) or set max_future: 0s to turn the guard off", path, p.MaxFuture, p.Lateness)
-		}
-		if known && kind.Timeframe && p.Timeframe == "" {
+		if known && facts.Timeframe && p.Timeframe == "" {
 			c.report(c.at("processors", name), "%s: kind %s needs a timeframe (add timeframe: 1m)", path, p.Kind)
 		}
-		if known && !kind.Timeframe && p.Timeframe != "" {
+		if known && !facts.Timeframe && p.Timeframe != "" {
 			c.report(c.at("processors", name, "timeframe"), "%s.timeframe: kind %s has no windows (remove timeframe)", path, p.Kind)
 		}
-		if p.Kind == "silence" {
-			c.silence(name, p)
-		} else if len(p.Levels)+len(p.Carry) > 0 {
+		if known {
+			kind.Validate(&ProcessorCheck{c: c, name: name}, p)
+		}
+		if !facts.Levels && len(p.Levels)+len(p.Carry) > 0 {
 			c.report(c.at("processors", name, "levels"), "%s: levels and carry belong to kind silence, not %s", path, p.Kind)
 		}
 		if p.Output.Partitions < 1 {
@@ -198,7 +200,7 @@ func (c *checker) processors() {
 		_, isSource := t.Sources[p.From]
 		up, isProc := t.Processors[p.From]
 		switch {
-		case !kind.FromProcessor:
+		case !facts.FromProcessor:
 			switch {
 			case isSource:
 			case isProc:
@@ -209,7 +211,7 @@ func (c *checker) processors() {
 		default:
 			switch {
 			case isProc:
-				if uk, ok := KindOf(up); ok && !uk.Candles {
+				if uk, ok := t.KindOf(up); ok && !uk.Facts().Candles {
 					c.report(from, "%s.from: %q is of kind %s, whose output holds events, not candles", path, p.From, up.Kind)
 				}
 			case isSource:
@@ -221,36 +223,6 @@ func (c *checker) processors() {
 	}
 	if dl := t.DeadLetter; dl.Partitions < 1 {
 		c.report(c.at("dead_letter", "partitions"), "dead_letter.partitions: %d is less than 1 (a topic needs at least one partition)", dl.Partitions)
-	}
-}
-
-// silence checks the levels of a silence processor.
-func (c *checker) silence(name string, p *Processor) {
-	path := "processors." + name
-	if len(p.Levels) == 0 {
-		c.report(c.at("processors", name), "%s: kind silence needs levels, e.g. levels: [{name: unreachable, after: 3d, action: status}]", path)
-	}
-	seen := map[string]bool{}
-	for i, l := range p.Levels {
-		at := spec.Find(c.t.root, "processors", name, "levels")
-		if at != nil && i < len(at.Content) {
-			at = at.Content[i]
-		}
-		switch {
-		case l.Name == "recovered":
-			c.report(at, "%s.levels[%d].name: recovered is the event of a device reporting again; choose another name", path, i)
-		case seen[l.Name] && l.Name != "":
-			c.report(at, "%s.levels[%d].name: %q is listed twice (level names are event ids and must be unique)", path, i, l.Name)
-		case l.After <= 0 && l.Name != "":
-			c.report(at, "%s.levels[%d].after: must be a positive duration (e.g. 3d)", path, i)
-		}
-		seen[l.Name] = true
-	}
-	for i, f := range p.Carry {
-		switch f[strings.LastIndexByte(f, '.')+1:] {
-		case "device", "event", "level", "action", "highest", "last_seen", "last_ingested", "due_at", "fired_at", "recovered_at", "silent_ms":
-			c.report(c.at("processors", name, "carry"), "%s.carry[%d]: %q would overwrite a field of the event; carry another field", path, i, f)
-		}
 	}
 }
 
@@ -270,7 +242,7 @@ func (t *Topology) upstream(p *Processor) *Processor {
 	if p == nil {
 		return nil
 	}
-	if k, _ := KindOf(p); !k.FromProcessor {
+	if k, ok := t.KindOf(p); !ok || !k.Facts().FromProcessor {
 		return nil
 	}
 	return t.Processors[p.From]

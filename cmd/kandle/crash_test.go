@@ -591,6 +591,7 @@ func rng(t *testing.T) *rand.Rand {
 // KANDLE_SOAK=1 (make soak) runs 10 minutes of input at twice the rate and
 // ≥ 60 kills; KANDLE_CRASH_SEED repeats a run's actions.
 func TestCrashHarness(t *testing.T) {
+	wallClockTest(t)
 	// Each kill waits for the groups to settle (the dead member's session,
 	// 6s), so 75s of input see about ten kills.
 	rate, span, minKills, catchUp := genRate, 75*time.Second, 8, 3*time.Minute

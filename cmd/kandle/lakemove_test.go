@@ -20,6 +20,7 @@ import (
 // written by one owner at a time, so no update is lost or rolled back: the
 // lake equals the candle topics exactly, each candle once.
 func TestLakePartitionMovesMidFlush(t *testing.T) {
+	wallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.s3.stop()
@@ -102,6 +103,7 @@ func TestLakePartitionMovesMidFlush(t *testing.T) {
 // address with its data: kandle run keeps running (its clients reconnect),
 // and every sink ends exact.
 func TestSinksSurviveBrokerRestart(t *testing.T) {
+	wallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.startRun()
@@ -175,6 +177,7 @@ func (g *zombieGate) heldPUTs() int { g.mu.Lock(); defer g.mu.Unlock(); return g
 // Without conditional writes the late PUTs overwrite a's newer objects and
 // candles go missing.
 func TestLakeZombieWriterFenced(t *testing.T) {
+	wallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	gate := &zombieGate{inner: h.s3.handler, release: make(chan struct{})}

@@ -37,6 +37,7 @@ import (
 // KANDLE_SOAK=1 (make soak) runs 10 minutes of input at twice the rate;
 // KANDLE_CRASH_SEED repeats a run's choices of victims.
 func TestLiveEqualsReplayUnderFaults(t *testing.T) {
+	wallClockTest(t)
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
 		t.Fatal("kcat is not installed: run `bash scripts/test-deps.sh` (Debian package kcat)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -26,5 +27,34 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
+	// The AWS SDK's default credential chain of every kandle run these
+	// tests start (in process or as a child) reads static test keys from
+	// the environment, as an operator would point it at an emulator. They
+	// are set once here rather than per test with t.Setenv, which a
+	// parallel test may not call.
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+		"AWS_SESSION_TOKEN": "", "AWS_PROFILE": "", "AWS_EC2_METADATA_DISABLED": "true"} {
+		if err := os.Setenv(k, v); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	os.Exit(m.Run())
+}
+
+// wallClockTest marks a test that spends its time waiting for the wall
+// clock (real-time input, paced backlogs, session and transaction
+// timeouts, idle_timeout, silence due times) with servers of its own — its
+// own dev broker and emulators on free ports, its own temp dirs, no
+// environment changes — so it runs alongside the other such tests instead
+// of after them. The waiting uses little CPU (two of these tests at once
+// keep less than two thirds of a core busy), and go test runs at most
+// -parallel of them at once (GOMAXPROCS by default: two on a 2-core
+// machine). `make soak` (KANDLE_SOAK=1) runs its long tests one at a time,
+// as before, so each soak has the machine to itself.
+func wallClockTest(t *testing.T) {
+	t.Helper()
+	if os.Getenv("KANDLE_SOAK") != "1" {
+		t.Parallel()
+	}
 }

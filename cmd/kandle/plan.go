@@ -168,7 +168,7 @@ func compatibleChanges(old, cur *topology.Topology, name string) []string {
 			out = append(out, fmt.Sprintf("%s %s → %s (compatible)", what, fa, fb))
 		}
 	}
-	if n.Kind != "rollup" {
+	if k, ok := cur.KindOf(n); !ok || !k.Facts().FromProcessor { // it reads a source
 		add("idle_timeout", o.IdleTimeout, n.IdleTimeout)
 		add("max_future", o.MaxFuture, n.MaxFuture)
 		if osrc, nsrc := old.Sources[o.From], cur.Sources[n.From]; osrc != nil && nsrc != nil {

@@ -48,7 +48,6 @@ sinks:
 // at once (items, strongly consistent) and every device at one level
 // through a declared GSI (index), and refuses a consistent index read.
 func TestQueryDevices(t *testing.T) {
-	localAWS(t)
 	ddb := testkit.Dynalite(t)
 	top := writeFile(t, "devq.yaml", fmt.Sprintf(devicesQueryTopology, ddb.URL()))
 	tp, err := topology.Load(top, sinkRegistry())

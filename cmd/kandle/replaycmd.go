@@ -42,7 +42,7 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 		return reportTopology(e, err)
 	}
 	var seeds []string
-	kinesisOnly := !slices.ContainsFunc(slices.Collect(maps.Values(t.Sources)), func(s *topology.Source) bool { return s.Kind != "kinesis" })
+	kinesisOnly := !slices.ContainsFunc(slices.Collect(maps.Values(t.Sources)), func(s *topology.Source) bool { return !s.IsKinesis() })
 	if *out == "topics" || !kinesisOnly { // a Kinesis-only replay to a file needs no broker
 		if seeds, err = standaloneBrokers(t, *brokers); err != nil {
 			return err

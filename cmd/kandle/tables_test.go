@@ -25,16 +25,6 @@ func runKandle(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return o.String(), e.String(), code
 }
 
-// localAWS points the default AWS credential chain at static test keys, as
-// an operator would with environment variables for an emulator.
-func localAWS(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_SESSION_TOKEN", "")
-	t.Setenv("AWS_PROFILE", "")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-}
-
 func writeFile(t *testing.T, name, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
@@ -89,7 +79,6 @@ sinks:
 // change nothing. kandle query then reads what a sink wrote, in each of the
 // seeds' access patterns.
 func TestTablesApplyAndQuery(t *testing.T) {
-	localAWS(t)
 	ddb := testkit.Dynalite(t)
 	top := writeFile(t, "tables.yaml", fmt.Sprintf(tablesTopology, ddb.URL()))
 

@@ -6,9 +6,10 @@
 // processor already holds the candle, so Valkey only needs the latest state:
 // Sink.Active keeps the newest candle per window (timeframe, symbol,
 // open_time) in memory and one owned goroutine sends all changed windows
-// every coalesce interval in a single pipeline (HSET + PEXPIRE + SADD +
-// PUBLISH). A burst of thousands of trades
-// on one symbol costs one round trip, not thousands.
+// every coalesce interval as pipelines of up to 2,048 candles (HSET +
+// PEXPIRE + SADD + PUBLISH), up to four pipelines in flight, each holding
+// whole keys. A burst of thousands of trades on one symbol costs one round
+// trip, not thousands.
 //
 // Keys and channels (all prefixed by Config.KeyPrefix):
 //
@@ -24,20 +25,26 @@
 // the hash, retried with jittered backoff until they succeed or the context
 // ends, because a final candle must not be lost.
 //
-// Ordering without Lua. A hash must never go back to an older window. Active
-// updates have one writer per key (the processor that owns the symbol's
-// partition), so an in-memory "newest open_time per key" in the flush
-// goroutine is enough: an update for an older window (a late trade into a
-// still-open window) is published but does not overwrite the hash. Finals
-// come from a different stage (and are redelivered after a crash), so they
-// use a compare-and-set: WATCH the keys and read their stored open_time in
-// one round trip, then MULTI/HSET only the keys whose stored open_time is not
-// newer/EXEC in a second. If the active writer touches a watched key in
-// between, EXEC aborts and the chunk is retried (smaller). Two round trips
-// per batch of finals, and no script to load, version or debug.
+// Ordering. A hash must never go back to an older window. Active updates
+// have one writer per key (the processor that owns the symbol's
+// partition), so the sink's own "newest open_time stored per key" is
+// enough: an update for an older window (a late trade into a still-open
+// window) is published but does not overwrite the hash. Finals come from a
+// different stage (and are redelivered after a crash), so they are stored
+// by a compare-and-set in Valkey: one Lua script call (EVALSHA; loaded by
+// New, sent again by EVAL if the server lost it) per chunk of up to 128
+// finals reads each hash's open_time and writes the hash only if it holds
+// no newer window, publishes every candle and adds the symbols, atomically
+// and in one round trip. A flush cuts its finals into chunks so that all
+// finals of a key are in one chunk, in the order written, and keeps up to
+// four chunks in flight: chunks that run at the same time share no key, so
+// a key's finals are published in order whichever chunk Valkey runs first.
+// (The sink does not order its live path against its final path: a live
+// update still pending when its window's final is flushed may be published
+// after the final; the hash still never goes back to an older window.)
 //
 // Outages: Active never blocks and never fails. While Valkey is down the
-// pending map holds at most one candle per key: the newest window's (an
+// pending windows are at most one candle per key: the newest window's (an
 // outage of any length costs memory per symbol, not per minute of outage).
 // Failed flushes are retried with backoff, and updates that are replaced
 // before Valkey is back are counted as dropped.

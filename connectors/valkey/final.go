@@ -2,52 +2,144 @@ package valkey
 
 import (
 	"context"
-	"errors"
+	"crypto/sha1" //nolint:gosec // Valkey names scripts by their SHA-1
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
-	"github.com/kandle/kandle/candle"
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
-// maxChunk is the most finals in one WATCH/MULTI/EXEC transaction. An
-// aborted transaction is retried with half as many, down to one.
-const maxChunk = 128
+// Finals are stored by finalScript, one EVALSHA per chunk of at most
+// maxChunk candles, with up to finalsInFlight chunks in flight at once.
+const (
+	maxChunk       = 128
+	finalsInFlight = 4
+)
 
-// errAborted means EXEC returned nil: a watched hash changed meanwhile.
-var errAborted = errors.New("valkey: transaction aborted by a concurrent write")
+// finalArgs is the number of ARGV entries per candle of finalScript.
+const finalArgs = 13
 
-// flushFinals stores s.buf chunk by chunk, retrying transient errors with
-// backoff until ctx ends. Stored candles leave the buffer. Caller holds fmu.
+// finalScript stores a chunk of final candles with a compare-and-set, in
+// order, atomically (Valkey runs a script as one command):
+//
+//	KEYS[1]    the active:symbols set
+//	KEYS[1+i]  the hash of candle i
+//	ARGV       per candle: open_time close_time o h l c v q t ttl_ms
+//	           channel message symbol
+//
+// A hash whose stored open_time is newer than the candle's keeps its value
+// (the candle is counted stale); otherwise it gets the candle's fields and
+// expiry. Every candle is published. A key that holds another type fails
+// only its own candle (not published, its position returned). It returns
+// {stale, symbols set ok (1/0), positions of wrong-type keys...}.
+//
+// open_time is compared as a Lua number (a double): exact for millisecond
+// times below 2^53 (the year 287,396).
+const finalScript = `
+local stale, symsOK, bad, syms = 0, 1, {}, {}
+for i = 1, #KEYS - 1 do
+  local k, a = KEYS[i + 1], (i - 1) * 13
+  local cur = redis.pcall('HGET', k, 'open_time')
+  if type(cur) == 'table' and cur.err then
+    bad[#bad + 1] = i
+  else
+    local stored = cur and tonumber(cur)
+    if not stored or stored <= tonumber(ARGV[a + 1]) then
+      redis.call('HSET', k, 'o', ARGV[a + 3], 'h', ARGV[a + 4], 'l', ARGV[a + 5], 'c', ARGV[a + 6],
+        'v', ARGV[a + 7], 'q', ARGV[a + 8], 't', ARGV[a + 9], 'open_time', ARGV[a + 1], 'close_time', ARGV[a + 2])
+      redis.call('PEXPIRE', k, ARGV[a + 10])
+    else
+      stale = stale + 1
+    end
+    redis.call('PUBLISH', ARGV[a + 11], ARGV[a + 12])
+    syms[#syms + 1] = ARGV[a + 13]
+  end
+end
+for i = 1, #syms, 1000 do -- unpack takes at most ~8000 values
+  local r = redis.pcall('SADD', KEYS[1], unpack(syms, i, math.min(i + 999, #syms)))
+  if type(r) == 'table' and r.err then symsOK = 0 end
+end
+local out = {stale, symsOK}
+for _, i in ipairs(bad) do out[#out + 1] = i end
+return out
+`
+
+var finalScriptSHA = func() string {
+	h := sha1.Sum([]byte(finalScript)) //nolint:gosec // the script's name, not a secret
+	return hex.EncodeToString(h[:])
+}()
+
+// finalChunk is a run of s.buf stored by one script call: at (positions in
+// s.buf, in buffer order) and what came back.
+type finalChunk struct {
+	at     []int
+	keys   []string
+	args   []string
+	stale  int
+	bad    []int // positions in at of wrong-type keys
+	symsOK bool
+	err    error
+}
+
+// flushFinals stores s.buf, retrying transient errors with backoff until
+// ctx ends. Stored candles leave the buffer. Caller holds fmu.
+//
+// The buffer is cut into chunks so that all candles of one key are in the
+// same chunk, in buffer order: the chunks in flight at once share no key,
+// so the order in which Valkey runs them does not matter, and a key's
+// finals are published in the order they were written.
 func (s *Sink) flushFinals(ctx context.Context) error {
 	var rej *RejectedError
-	chunk, attempt := maxChunk, 0
-	for len(s.buf) > 0 {
-		n := min(chunk, len(s.buf))
-		bad, err := s.storeFinals(ctx, s.buf[:n])
-		if err == nil {
-			for i, why := range bad {
-				if why != "" {
-					if rej == nil {
-						rej = &RejectedError{}
-					}
-					rej.add(s.buf[i], why)
-					s.m.rejected.Inc()
+	for attempt := 0; len(s.buf) > 0; attempt++ {
+		chunks := s.chunkFinals()
+		s.sendFinals(ctx, chunks)
+		var err error
+		var keep []bool // the candles of failed chunks stay buffered
+		for _, ch := range chunks {
+			if ch.err != nil {
+				if keep == nil {
+					keep = make([]bool, len(s.buf))
 				}
+				for _, i := range ch.at {
+					keep[i] = true
+				}
+				if err == nil {
+					err = ch.err
+				}
+				continue
 			}
-			s.m.written.WithLabelValues(kindFinal).Add(float64(n - countNonEmpty(bad)))
-			s.buf = s.buf[:copy(s.buf, s.buf[n:])]
-			chunk, attempt = min(chunk*2, maxChunk), 0
-			continue
+			for _, j := range ch.bad {
+				if rej == nil {
+					rej = &RejectedError{}
+				}
+				c := &s.buf[ch.at[j]]
+				rej.add(*c, fmt.Sprintf("key %s holds a non-hash value; delete it or set key_prefix", s.names.hash(c.Timeframe, c.Symbol)))
+				s.m.rejected.Inc()
+			}
+			if !ch.symsOK {
+				s.log.Warn("valkey: the symbols set holds another type; remove or rename that key", "key", s.names.symbols())
+			}
+			s.m.written.WithLabelValues(kindFinal).Add(float64(len(ch.at) - len(ch.bad)))
+			s.m.stale.Add(float64(ch.stale))
+		}
+		n := 0
+		for i := range keep {
+			if keep[i] {
+				s.buf[n] = s.buf[i]
+				n++
+			}
+		}
+		clear(s.buf[n:])
+		s.buf = s.buf[:n]
+		if err == nil {
+			break
 		}
 		s.m.retries.WithLabelValues(kindFinal).Inc()
-		if errors.Is(err, errAborted) {
-			chunk = max(1, n/2)
-			continue
-		}
 		s.m.errors.WithLabelValues(kindFinal).Inc()
 		if ctx.Err() != nil {
 			return fmt.Errorf("valkey: %d final candles not stored yet (they stay buffered): %w", len(s.buf), ctx.Err())
@@ -58,131 +150,119 @@ func (s *Sink) flushFinals(ctx context.Context) error {
 		if sinkkit.Sleep(ctx, backoff(attempt)) != nil {
 			return fmt.Errorf("valkey: %d final candles not stored yet (they stay buffered): %w", len(s.buf), ctx.Err())
 		}
-		attempt++
 	}
 	return rej.orNil()
 }
 
-func countNonEmpty(ss []string) int {
-	n := 0
-	for _, s := range ss {
-		if s != "" {
-			n++
+// chunkFinals cuts s.buf into chunks of about maxChunk candles, all candles
+// of a key in the chunk of its first one. Caller holds fmu.
+func (s *Sink) chunkFinals() []*finalChunk {
+	chunks := make([]*finalChunk, 0, len(s.buf)/maxChunk+1)
+	of := make(map[key]*finalChunk, len(s.buf))
+	var open *finalChunk
+	for i := range s.buf {
+		k := keyOf(&s.buf[i])
+		ch := of[k]
+		if ch == nil {
+			if open == nil || len(open.at) >= maxChunk {
+				open = &finalChunk{at: make([]int, 0, maxChunk)}
+				chunks = append(chunks, open)
+			}
+			ch = open
+			of[k] = ch
 		}
+		ch.at = append(ch.at, i)
 	}
-	return n
+	return chunks
 }
 
-// storeFinals runs one compare-and-set transaction for cs on a dedicated
-// connection, in two round trips:
-//
-//	WATCH k1 … kn; HGET ki open_time …      (read what is stored)
-//	MULTI; HSET+PEXPIRE for keys whose stored open_time ≤ the candle's;
-//	SADD active:symbols …; PUBLISH … "final":true; EXEC
-//
-// It returns, per candle, why it was rejected ("" = stored or rightly not
-// stored because the hash is newer), or errAborted / a transient error.
-func (s *Sink) storeFinals(ctx context.Context, cs []candle.Candle) (bad []string, err error) {
-	bad = make([]string, len(cs))
-	err = s.timed(ctx, kindFinal, func(ctx context.Context) error {
-		return s.client.Dedicated(func(dc valkey.DedicatedClient) error {
-			b := dc.B()
-			keys := make([]string, len(cs))
-			read := make(valkey.Commands, 0, len(cs)+1)
-			for i := range cs {
-				keys[i] = s.names.hash(cs[i].Timeframe, cs[i].Symbol)
-			}
-			read = append(read, b.Watch().Key(keys...).Build())
-			for _, k := range keys {
-				read = append(read, b.Hget().Key(k).Field("open_time").Build())
-			}
-			rs := s.doMulti(ctx, dc, read...)
-			if err := rs[0].Error(); err != nil {
-				return fmt.Errorf("watch: %w", err)
-			}
-			// newest open_time per key: stored, then the candles in this chunk.
-			newest := make(map[string]int64, len(cs))
-			for i, r := range rs[1:] {
-				v, err := r.ToString()
-				switch {
-				case valkey.IsValkeyNil(err):
-				case isWrongType(err):
-					bad[i] = fmt.Sprintf("key %s holds a non-hash value; delete it or set key_prefix", keys[i])
-					continue
-				case err != nil:
-					return fmt.Errorf("read %s: %w", keys[i], err)
-				default:
-					if ot, perr := strconv.ParseInt(v, 10, 64); perr == nil {
-						if cur, ok := newest[keys[i]]; !ok || ot > cur {
-							newest[keys[i]] = ot
-						}
-					}
-				}
-			}
-			for i := range cs {
-				if cur, ok := newest[keys[i]]; bad[i] == "" && (!ok || cs[i].OpenTime > cur) {
-					newest[keys[i]] = cs[i].OpenTime
-				}
-			}
-
-			tx := make(valkey.Commands, 0, 3*len(cs)+3)
-			tx = append(tx, b.Multi().Build())
-			var syms []string
-			seen := make(map[string]bool)
-			written := make(map[string]bool)
+// sendFinals runs the chunks, at most finalsInFlight at once, and waits
+// for all of them. Caller holds fmu (the goroutines only read s.buf).
+func (s *Sink) sendFinals(ctx context.Context, chunks []*finalChunk) {
+	next := make(chan *finalChunk)
+	var wg sync.WaitGroup
+	for range min(finalsInFlight, len(chunks)) {
+		wg.Go(func() {
 			var msg []byte
-			stale := 0
-			for i := range cs {
-				if bad[i] != "" {
-					continue
-				}
-				c := &cs[i]
-				if c.OpenTime == newest[keys[i]] && !written[keys[i]] {
-					written[keys[i]] = true
-					tx = append(tx, hset(b, keys[i], c), b.Pexpire().Key(keys[i]).Milliseconds(ttl(s.ttlMs, c)).Build())
-				} else {
-					stale++
-				}
-				msg = message(msg, c, true)
-				tx = append(tx, b.Publish().Channel(s.names.channel(c.Timeframe, c.Symbol)).Message(string(msg)).Build())
-				if !seen[c.Symbol] {
-					seen[c.Symbol] = true
-					syms = append(syms, c.Symbol)
-				}
+			for ch := range next {
+				msg = s.storeFinals(ctx, ch, msg)
 			}
-			if len(syms) > 0 {
-				tx = append(tx, b.Sadd().Key(s.names.symbols()).Member(syms...).Build())
-			}
-			tx = append(tx, b.Exec().Build())
-			if s.beforeExec != nil {
-				s.beforeExec()
-			}
-			rs = s.doMulti(ctx, dc, tx...)
-			for _, r := range rs[:len(rs)-1] {
-				if err := r.Error(); err != nil {
-					return fmt.Errorf("queue transaction: %w", err)
-				}
-			}
-			replies, err := rs[len(rs)-1].ToArray()
-			if valkey.IsValkeyNil(err) {
-				return errAborted
-			}
-			if err != nil {
-				return fmt.Errorf("exec: %w", err)
-			}
-			for _, r := range replies {
-				if err := r.Error(); err != nil {
-					return fmt.Errorf("exec: %w", err)
-				}
-			}
-			s.m.stale.Add(float64(stale))
-			return nil
 		})
-	})
-	if err != nil && !errors.Is(err, errAborted) {
-		err = fmt.Errorf("valkey: store %d final candles: %w", len(cs), err)
 	}
-	return bad, err
+	for _, ch := range chunks {
+		next <- ch
+	}
+	close(next)
+	wg.Wait()
+}
+
+// storeFinals runs finalScript for one chunk (one round trip; a second
+// one, EVAL with the script's text, only if the server does not know the
+// script yet) and fills in ch's result. msg is a reusable buffer.
+func (s *Sink) storeFinals(ctx context.Context, ch *finalChunk, msg []byte) []byte {
+	ch.keys = append(make([]string, 0, 1+len(ch.at)), s.names.symbols())
+	ch.args = make([]string, 0, finalArgs*len(ch.at))
+	for _, i := range ch.at {
+		c := &s.buf[i]
+		msg = message(msg, c, true)
+		ch.keys = append(ch.keys, s.names.hash(c.Timeframe, c.Symbol))
+		ch.args = append(ch.args, strconv.FormatInt(c.OpenTime, 10), strconv.FormatInt(c.CloseTime, 10),
+			c.Open.String(), c.High.String(), c.Low.String(), c.Close.String(),
+			c.Volume.String(), c.QuoteVolume.String(), strconv.FormatInt(c.Trades, 10),
+			strconv.FormatInt(ttl(s.ttlMs, c), 10), s.names.channel(c.Timeframe, c.Symbol), string(msg), c.Symbol)
+	}
+	var reply []valkey.ValkeyMessage
+	ch.err = s.timed(ctx, kindFinal, func(ctx context.Context) error {
+		b := s.client.B()
+		r := s.do(ctx, b.Evalsha().Sha1(finalScriptSHA).Numkeys(int64(len(ch.keys))).Key(ch.keys...).Arg(ch.args...).Build())
+		if ve, ok := valkey.IsValkeyErr(r.Error()); ok && ve.IsNoScript() {
+			r = s.do(ctx, b.Eval().Script(finalScript).Numkeys(int64(len(ch.keys))).Key(ch.keys...).Arg(ch.args...).Build())
+		}
+		var err error
+		reply, err = r.ToArray()
+		return err
+	})
+	if ch.err == nil {
+		ch.err = ch.parse(reply)
+	}
+	if ch.err != nil {
+		ch.err = fmt.Errorf("valkey: store %d final candles: %w", len(ch.at), ch.err)
+	}
+	return msg
+}
+
+// parse reads finalScript's reply {stale, symbols ok, bad positions...}.
+func (ch *finalChunk) parse(reply []valkey.ValkeyMessage) error {
+	if len(reply) < 2 {
+		return fmt.Errorf("script replied %d values, want at least 2", len(reply))
+	}
+	ints := make([]int64, len(reply))
+	for i := range reply {
+		v, err := reply[i].AsInt64()
+		if err != nil {
+			return fmt.Errorf("script reply %d: %w", i, err)
+		}
+		ints[i] = v
+	}
+	ch.stale, ch.symsOK, ch.bad = int(ints[0]), ints[1] == 1, ch.bad[:0]
+	for _, p := range ints[2:] {
+		if p < 1 || int(p) > len(ch.at) {
+			return fmt.Errorf("script reply: position %d out of range", p)
+		}
+		ch.bad = append(ch.bad, int(p)-1)
+	}
+	return nil
+}
+
+// do sends one command and counts the round trip and the requests in flight.
+func (s *Sink) do(ctx context.Context, cmd valkey.Completed) valkey.ValkeyResult {
+	s.trips.Add(1)
+	s.m.roundTrips.Inc()
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for peak := s.peakInFlight.Load(); n > peak && !s.peakInFlight.CompareAndSwap(peak, n); peak = s.peakInFlight.Load() {
+	}
+	return s.client.Do(ctx, cmd)
 }
 
 func isWrongType(err error) bool {

@@ -184,3 +184,44 @@ func BenchmarkValkeyWrite(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "candles/s")
 }
+
+// A flush of more keys than one pipeline holds is sent as several at once.
+// Every key keeps all its pending windows in one pipeline, so a late update
+// of an older window, pending beside the newer one, is published but never
+// lands in the hash, whichever pipeline Valkey runs first.
+func TestActivePipelinesInFlightKeepNewest(t *testing.T) {
+	srv := startRedis(t)
+	r := reader(t, srv.Addr)
+	s := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = time.Hour })
+	ctx := context.Background()
+	const keys = 3 * maxPipeline
+	for k := range keys {
+		sym := fmt.Sprintf("P%05d", k)
+		newer := mk(sym, 11, "2", "2", "2", "2", "2", "4", 2)
+		older := mk(sym, 10, "1", "1", "1", "1", "1", "1", 1)
+		if k%2 == 0 {
+			s.Active(newer)
+			s.Active(older) // a late trade into the still-open older window
+		} else {
+			s.Active(older)
+			s.Active(newer)
+		}
+	}
+	t0 := s.RoundTrips()
+	if err := s.FlushActive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.RoundTrips() - t0; n < 2 {
+		t.Fatalf("%d round trips for %d candles, want several pipelines", n, 2*keys)
+	}
+	for k := range keys {
+		sym := fmt.Sprintf("P%05d", k)
+		wantHash(t, hgetall(t, r, "candle:active:1m:"+sym), mk(sym, 11, "2", "2", "2", "2", "2", "4", 2))
+	}
+	if got := counter(s.m.stale); got != keys {
+		t.Fatalf("stale_skipped_total = %v, want %d (each key's older window published only)", got, keys)
+	}
+	if got := counter(s.m.written.WithLabelValues(kindActive)); got != 2*keys {
+		t.Fatalf("written_total{active} = %v, want %d", got, 2*keys)
+	}
+}

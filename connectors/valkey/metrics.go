@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		written: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "written_total", Help: "Candles written to Valkey, by kind (active or final)."}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "retries_total", Help: "Round trips retried after a transient error or an aborted transaction."}, []string{"kind"}),
+			Name: "retries_total", Help: "Round trips retried after a transient error."}, []string{"kind"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "errors_total", Help: "Round trips that failed."}, []string{"kind"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,

@@ -40,7 +40,7 @@ func TestMetricsOnGivenRegisterer(t *testing.T) {
 	for name, want := range map[string]float64{
 		"kandle_valkey_written_total/active": 1, "kandle_valkey_written_total/final": 1,
 		"kandle_valkey_write_seconds/active": 1, "kandle_valkey_write_seconds/final": 1,
-		"kandle_valkey_round_trips_total":   3, // one pipeline + WATCH/read + MULTI/EXEC
+		"kandle_valkey_round_trips_total":   2, // one pipeline + one script call
 		"kandle_valkey_stale_skipped_total": 1, "kandle_valkey_errors_total/final": 0,
 	} {
 		if got[name] != want {

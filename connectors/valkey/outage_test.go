@@ -2,14 +2,17 @@ package valkey
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/kandle/kandle/internal/testkit"
+	"github.com/valkey-io/valkey-go"
 )
 
 // restartRedis starts a fresh redis-server on addr (after the old one stopped).
@@ -125,33 +128,123 @@ func TestFlushCancelledKeepsBuffer(t *testing.T) {
 	wantHash(t, hgetall(t, reader(t, srv.Addr), "candle:active:1m:XRP"), c)
 }
 
-func TestAbortedTransactionIsRetried(t *testing.T) {
+// Finals of the same keys written at once by two sinks (a redelivery from
+// another process) while the live writer moves some keys to a newer
+// window, each sink with several script calls in flight: every hash ends
+// at the newest window anyone wrote, never an older one, and each sink's
+// finals of a key are published in the order it wrote them.
+func TestConcurrentFinalsNeverGoBack(t *testing.T) {
 	srv := startRedis(t)
 	r := reader(t, srv.Addr)
-	s := newSink(t, srv.Addr, nil)
 	ctx := context.Background()
-	newer := mk("DOT", 9, "7", "7", "7", "7", "1", "7", 1)
-	// Between the read and EXEC, another writer stores a newer window.
-	interfered := 0
-	s.beforeExec = func() {
-		if interfered++; interfered == 1 {
-			if err := r.Do(ctx, hset(r.B(), "candle:active:1m:DOT", &newer)).Error(); err != nil {
-				t.Error(err)
+	const keys, windows = 3 * maxChunk * finalsInFlight / 2, 4 // several chunks per flush
+	sym := func(k int) string { return fmt.Sprintf("C%04d", k) }
+	fin := func(k, w int, who int64) candle1 {
+		return mk(sym(k), int64(100+w), "1", "2", "0.5", "1.5", "3", "4.5", who)
+	}
+
+	// Every message on the candle channels, in the order Valkey sent them.
+	var mu sync.Mutex
+	var got []pubMsg
+	sctx, stop := context.WithCancel(ctx)
+	subDone := make(chan struct{})
+	go func() {
+		defer close(subDone)
+		_ = r.Receive(sctx, r.B().Psubscribe().Pattern("pub:candle:1m:*").Build(), func(m valkey.PubSubMessage) {
+			var p pubMsg
+			if err := json.Unmarshal([]byte(m.Message), &p); err != nil {
+				t.Errorf("bad message %q: %v", m.Message, err)
+				return
+			}
+			mu.Lock()
+			got = append(got, p)
+			mu.Unlock()
+		})
+	}()
+	defer func() { stop(); <-subDone }()
+	waitFor(t, 5*time.Second, func() bool {
+		n, err := r.Do(ctx, r.B().PubsubNumpat().Build()).AsInt64()
+		return err == nil && n > 0
+	}, "the pattern subscription")
+
+	a := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = time.Hour })
+	b := newSink(t, srv.Addr, nil)
+	var wg sync.WaitGroup
+	// a writes every window of every key in one flush, window after window:
+	// each key's windows are spread over the buffer, and the flush still
+	// publishes them in order. b redelivers them newest first, a window per
+	// flush.
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		var batch []candle1
+		for w := range windows {
+			for k := range keys {
+				batch = append(batch, fin(k, w, 1))
 			}
 		}
+		if err := a.Write(ctx, batch); err != nil {
+			t.Error(err)
+		} else if err := a.Flush(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for w := windows - 1; w >= 0; w-- {
+			batch := make([]candle1, 0, keys)
+			for k := range keys {
+				batch = append(batch, fin(k, w, 2))
+			}
+			if err := b.Write(ctx, batch); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := b.Flush(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for k := 0; k < keys; k += 2 { // the live writer is a window ahead on even keys
+		a.Active(fin(k, windows, 3))
 	}
-	older := mk("DOT", 8, "6", "6", "6", "6", "1", "6", 1)
-	if err := s.Write(ctx, []candle1{older}); err != nil {
+	if err := a.FlushActive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Flush(ctx); err != nil {
-		t.Fatal(err)
+	wg.Wait()
+
+	for k := range keys {
+		want := fin(k, windows-1, 0)
+		if k%2 == 0 {
+			want = fin(k, windows, 3)
+		}
+		h := hgetall(t, r, "candle:active:1m:"+sym(k))
+		if h["open_time"] != fmt.Sprint(want.OpenTime) || (k%2 == 0 && h["t"] != "3") {
+			t.Fatalf("%s: hash %v, want window %d", sym(k), h, want.OpenTime)
+		}
 	}
-	if interfered != 2 || counter(s.m.retries.WithLabelValues(kindFinal)) != 1 {
-		t.Fatalf("transactions: %d, retries %v; want an abort and one retry", interfered,
-			counter(s.m.retries.WithLabelValues(kindFinal)))
+	if a.PeakFinalsInFlight() < 2 && b.PeakFinalsInFlight() < 2 {
+		t.Errorf("peak requests in flight %d and %d: want several chunks in flight", a.PeakFinalsInFlight(), b.PeakFinalsInFlight())
 	}
-	wantHash(t, hgetall(t, r, "candle:active:1m:DOT"), newer)
+	waitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) >= 2*keys*windows+keys/2
+	}, "every final and live message")
+	mu.Lock()
+	defer mu.Unlock()
+	last := map[string]int64{} // per sink and key: the last window published
+	for _, m := range got {
+		if !m.Final {
+			continue
+		}
+		id := fmt.Sprint(m.Trades, m.Symbol)
+		if prev, ok := last[id]; ok && (m.Trades == 1) != (m.OpenTime > prev) {
+			t.Fatalf("sink %d published %s window %d after %d: out of the order written", m.Trades, m.Symbol, m.OpenTime, prev)
+		}
+		last[id] = m.OpenTime
+	}
 }
 
 func TestCloseLeavesNoGoroutines(t *testing.T) {
@@ -169,7 +262,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	_ = s.Close(ctx)
 	waitFor(t, 5*time.Second, func() bool {
 		buf := make([]byte, 1<<20)
-		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "connectors/valkey.(*Sink)")
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "connectors/valkey.(") // the sink, its flush goroutine and senders
 	}, "the sink's goroutines to exit")
 	s.Active(mk("A", 2, "1", "1", "1", "1", "1", "1", 1)) // after Close: dropped, no panic
 	if err := s.Write(context.Background(), nil); err != ErrClosed {
@@ -194,9 +287,7 @@ func TestOutageHoldsOneWindowPerKey(t *testing.T) {
 			s.Active(mk(sym, n, "1", "2", "1", itoa(int(n)), "1", "1", n))
 			s.Active(mk(sym, n, "1", "2", "1", itoa(int(n)), "2", "2", n)) // a second update of the same window
 		}
-		s.amu.Lock()
-		held := len(s.pending)
-		s.amu.Unlock()
+		held := len(s.pendingWindows())
 		if held > 2*len(syms) { // one per key, plus what a flush in progress may put back
 			t.Fatalf("after %d windows of the outage %d active candles wait for Valkey; want at most one per key (%d)", n, held, len(syms))
 		}
@@ -204,11 +295,41 @@ func TestOutageHoldsOneWindowPerKey(t *testing.T) {
 	if d := counter(s.m.dropped); d < float64(windows) {
 		t.Fatalf("active_dropped_total = %v after replacing %d windows during the outage", d, windows)
 	}
-	s.amu.Lock()
-	for w := range s.pending {
+	for _, w := range s.pendingWindows() {
 		if w.open != windows*minute {
 			t.Errorf("pending holds window %d of %s, want only the newest (%d)", w.open, w.sym, windows*minute)
 		}
 	}
-	s.amu.Unlock()
+}
+
+// A replay of a long history writes many finals of one key in one flush:
+// they stay in one chunk (never split over chunks in flight), so they are
+// published in the order written and the hash ends at the newest. More
+// than Lua's unpack takes at once (~8,000) still go in that one chunk.
+func TestFinalsOfOneKeyPublishedInOrder(t *testing.T) {
+	srv := startRedis(t)
+	r := reader(t, srv.Addr)
+	s := newSink(t, srv.Addr, nil)
+	sub := subscribe(t, r, "pub:candle:1m:ONE")
+	ctx := context.Background()
+	const n = 9000
+	batch := make([]candle1, 0, n+finalsInFlight*maxChunk)
+	for w := range n {
+		batch = append(batch, mk("ONE", int64(w), "1", "1", "1", "1", "1", "1", int64(w+1)))
+	}
+	for k := range finalsInFlight * maxChunk { // other keys, so there are chunks to run beside it
+		batch = append(batch, mk("OTHER"+itoa(k), 1, "1", "1", "1", "1", "1", "1", 1))
+	}
+	if err := s.Write(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for w := range n {
+		if m := recv(t, sub); m.OpenTime != int64(w)*minute {
+			t.Fatalf("message %d is window %d, want %d: published out of the order written", w, m.OpenTime/minute, w)
+		}
+	}
+	wantHash(t, hgetall(t, r, "candle:active:1m:ONE"), batch[n-1])
 }

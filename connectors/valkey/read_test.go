@@ -61,6 +61,14 @@ func TestReader(t *testing.T) {
 	next := c
 	next.Trades, next.Close = 4, decimal.MustParse("1.75")
 	s.Active(next)
+	// The live and the final path are independent (the sink does not order
+	// a live update before a final written after it), so the final is
+	// written once the live update is out.
+	waitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(msgs) >= 1
+	}, "the open update")
 	if err := s.Write(ctx, []candle.Candle{next}); err != nil {
 		t.Fatal(err)
 	}

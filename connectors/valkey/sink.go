@@ -25,12 +25,15 @@ type Sink struct {
 	log    *slog.Logger
 	m      *metrics
 	trips  atomic.Int64
-	down   atomic.Bool // the last active flush failed
+	// requests of the final path in flight now and at most so far
+	inFlight, peakInFlight atomic.Int64
+	down                   atomic.Bool // the last active flush failed
 
-	// active path: pending is filled by Active and drained by loop.
+	// active path: slots (the pending windows) are filled by Active and
+	// taken by loop; keys holds every key the sink has seen.
 	amu     sync.Mutex
-	pending map[window]candle.Candle
-	newest  map[key]int64 // newest open_time in pending per key
+	keys    map[key]*entry
+	slots   []slot
 	closed  bool
 	wake    chan struct{}
 	flushes chan chan error
@@ -41,8 +44,6 @@ type Sink struct {
 	// final path
 	fmu sync.Mutex
 	buf []candle.Candle
-
-	beforeExec func() // test hook: runs between the read and the transaction
 
 	closeOnce sync.Once
 	closeErr  error
@@ -70,6 +71,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		client.Close()
 		return nil, err
 	}
+	// Load the finals script now, so the first flush runs it by its SHA-1
+	// (a server that lost it, e.g. restarted, gets it again by EVAL).
+	lctx, lcancel := context.WithTimeout(ctx, cfg.timeout())
+	err = client.Do(lctx, client.B().ScriptLoad().Script(finalScript).Build()).Error()
+	lcancel()
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("valkey: load the final-candle script: %w (the server must allow Lua scripts: EVAL, EVALSHA, SCRIPT LOAD)", err)
+	}
 	s := &Sink{
 		cfg:     cfg,
 		names:   names{cfg.KeyPrefix},
@@ -77,8 +87,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		client:  client,
 		log:     o.logger.With("component", "valkey-sink"),
 		m:       m,
-		pending: make(map[window]candle.Candle),
-		newest:  make(map[key]int64),
+		keys:    make(map[key]*entry),
 		wake:    make(chan struct{}, 1),
 		flushes: make(chan chan error),
 		done:    make(chan struct{}),
@@ -107,7 +116,7 @@ func newClient(ctx context.Context, cfg *Config, adjust func(*valkey.ClientOptio
 	if client.Mode() == valkey.ClientModeCluster {
 		client.Close()
 		return nil, fmt.Errorf("valkey: %v is a cluster, which this sink does not support yet "+
-			"(finals use WATCH/MULTI across keys); point addrs at a standalone primary", cfg.Addrs)
+			"(finals are stored by a script across keys); point addrs at a standalone primary", cfg.Addrs)
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.timeout())
 	defer cancel()
@@ -121,6 +130,10 @@ func newClient(ctx context.Context, cfg *Config, adjust func(*valkey.ClientOptio
 // RoundTrips returns how many pipelines (network round trips) the sink has
 // sent so far, for benchmarks and tests.
 func (s *Sink) RoundTrips() int64 { return s.trips.Load() }
+
+// PeakFinalsInFlight returns the most final-candle requests the sink has
+// had in flight at once, for benchmarks and tests.
+func (s *Sink) PeakFinalsInFlight() int64 { return s.peakInFlight.Load() }
 
 // doMulti sends cmds as one pipeline on c and counts the round trip.
 func (s *Sink) doMulti(ctx context.Context, c valkey.CoreClient, cmds ...valkey.Completed) []valkey.ValkeyResult {

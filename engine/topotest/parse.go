@@ -335,7 +335,7 @@ func (p *parser) expects(c *Case, n *yaml.Node, s *Suite) error {
 			return errAt(k, "processor %q is listed twice", k.Value)
 		}
 		c.stages = append(c.stages, k.Value)
-		if s.Topology.Processors[k.Value].Kind == "silence" {
+		if kind, ok := s.Topology.KindOf(s.Topology.Processors[k.Value]); ok && !kind.Facts().Candles { // its output holds events
 			ws := []wantEvent{}
 			for _, e := range v.Content {
 				w, err := parseWantEvent(deref(e))

@@ -24,17 +24,30 @@ func WithHook[T any](fn Hook) Option {
 	return func(d *Decoder) { d.hooks[reflect.TypeFor[T]()] = fn }
 }
 
+// WithEnum makes the decoder accept exactly values for key of struct type
+// T, instead of the enum of its tag (which still documents it): for a list
+// that is only known at run time, such as registered kinds.
+func WithEnum[T any](key string, values []string) Option {
+	return func(d *Decoder) { d.enums[enumKey{reflect.TypeFor[T](), key}] = values }
+}
+
+type enumKey struct {
+	t   reflect.Type
+	key string
+}
+
 // Decoder decodes YAML nodes of one file into tagged structs, collecting
 // every problem instead of stopping at the first.
 type Decoder struct {
 	file     string
 	hooks    map[reflect.Type]Hook
+	enums    map[enumKey][]string
 	problems Problems
 }
 
 // NewDecoder returns a Decoder whose problems name file.
 func NewDecoder(file string, opts ...Option) *Decoder {
-	d := &Decoder{file: file, hooks: map[reflect.Type]Hook{}}
+	d := &Decoder{file: file, hooks: map[reflect.Type]Hook{}, enums: map[enumKey][]string{}}
 	for _, o := range opts {
 		o(d)
 	}
@@ -330,6 +343,9 @@ func (d *Decoder) structs(node *yaml.Node, path string, vals []reflect.Value) {
 		for _, f := range fieldsOf(v.Type()) {
 			if _, dup := byKey[f.key]; dup {
 				continue
+			}
+			if e, ok := d.enums[enumKey{v.Type(), f.key}]; ok {
+				f.enum = e
 			}
 			tg := target{v: v, f: f}
 			byKey[f.key] = tg
