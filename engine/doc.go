@@ -10,7 +10,10 @@
 // its events, keyed by device) to its output topic,
 // rejected records to the dead-letter topic, and its state changes to a
 // compacted changelog topic. Each input partition gets its own processor
-// instance, so keys and watermarks never cross partitions. Sinks are stages
+// instance, so keys and watermarks never cross partitions; the partitions
+// one poll returns are processed and produced concurrently (one goroutine
+// per partition, up to GOMAXPROCS), while restores and commits stay on the
+// stage's own goroutine. Sinks are stages
 // too: a consumer group per sink that reads output topics and writes to the
 // external store.
 //

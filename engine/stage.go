@@ -1,14 +1,17 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,9 +72,12 @@ type liveStage struct {
 	started  time.Time // when the stage was made: part of its snapshot tokens
 	out      processors.Output
 
-	slab     outSlab                  // records and bytes of what the stage produces
-	promise  func(*kgo.Record, error) // s.produced, made once (a closure per record was an allocation each)
-	candlesN prometheus.Counter       // candles produced, resolved on first use
+	slab    outSlab                  // records and bytes of what the loop goroutine produces (changelog, idle advance)
+	promise func(*kgo.Record, error) // s.produced, made once (a closure per record was an allocation each)
+	work    []partWork               // processFetches' partitions, kept between polls
+
+	candlesOnce sync.Once
+	candles     prometheus.Counter // candles produced: see candlesN
 }
 
 type partState struct {
@@ -93,6 +99,12 @@ type partState struct {
 	sinceSnap int64
 	liveKeys  int
 	settled   bool // a transaction committed since the restore
+
+	// What processing the partition's input emits, and the records and
+	// bytes it is produced from: the partition's own, so that partitions
+	// can be processed concurrently (processFetches).
+	out  processors.Output
+	slab outSlab
 }
 
 type pendingEntry struct {
@@ -232,52 +244,8 @@ func (s *liveStage) loop(ctx context.Context) error {
 		if err := s.handleEvents(ctx); err != nil {
 			return err
 		}
-		var procErr error
-		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if procErr != nil || len(fp.Records) == 0 {
-				return
-			}
-			if !s.owns(fp.Partition) {
-				return // revoked since it was fetched: never processed here again
-			}
-			ps, err := s.part(ctx, fp.Partition)
-			if err == nil {
-				err = s.begin() // consumed offsets commit in a transaction even when nothing is emitted
-			}
-			if err != nil {
-				procErr = err
-				return
-			}
-			s.out.Reset()
-			n, control := 0, false
-			for _, r := range fp.Records {
-				if r.Offset < ps.nextInput {
-					continue // already reflected in the restored state
-				}
-				ps.nextInput = r.Offset + 1
-				if r.Attrs.IsControl() {
-					control = true // a transaction marker: no data, but the position moves past it
-					continue
-				}
-				s.spec.process(ps.proc, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &s.out)
-				n++
-			}
-			if n > 0 || control {
-				ps.consumed = true
-				ps.quietSince = s.e.clock.Now()
-			}
-			if n > 0 {
-				ps.touched = true
-				// Every rejection is one input record.
-				s.accepted.Add(float64(n - len(s.out.Rejected)))
-				s.rejectedRecords.Add(float64(len(s.out.Rejected)))
-			}
-			if err := s.emit(ctx); err != nil {
-				procErr = err
-			}
-		})
-		if procErr != nil {
-			return procErr
+		if err := s.processFetches(ctx, fetches); err != nil {
+			return err
 		}
 		if err := s.idleAdvance(ctx); err != nil {
 			return err
@@ -295,6 +263,122 @@ func (s *liveStage) loop(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// partWork is the input of one partition in one poll, in fetch order.
+type partWork struct {
+	ps   *partState
+	recs [][]*kgo.Record
+}
+
+// processFetches processes what one poll returned. Partitions are
+// independent (each has its own processor, output and slab, and a key's
+// candles come from the one partition that holds it), so when several have
+// records they are processed and produced concurrently, one goroutine per
+// partition up to GOMAXPROCS: a stage reading a busy multi-partition topic
+// uses every core instead of one. Restores, the transaction's begin and
+// everything after (idle advance, commit) stay on the loop's goroutine.
+func (s *liveStage) processFetches(ctx context.Context, fetches kgo.Fetches) error {
+	work := s.work[:0]
+	defer func() {
+		clear(work)
+		s.work = work[:0]
+	}()
+	var procErr error
+	fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+		if procErr != nil || len(fp.Records) == 0 {
+			return
+		}
+		if !s.owns(fp.Partition) {
+			return // revoked since it was fetched: never processed here again
+		}
+		ps, err := s.part(ctx, fp.Partition)
+		if err == nil {
+			err = s.begin() // consumed offsets commit in a transaction even when nothing is emitted
+		}
+		if err != nil {
+			procErr = err
+			return
+		}
+		for i := range work { // a partition can come in more than one fetch of a poll
+			if work[i].ps == ps {
+				work[i].recs = append(work[i].recs, fp.Records)
+				return
+			}
+		}
+		work = append(work, partWork{ps: ps, recs: [][]*kgo.Record{fp.Records}})
+	})
+	if procErr != nil {
+		return procErr
+	}
+	workers := min(len(work), runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		for i := range work {
+			if err := s.processPart(ctx, work[i].ps, work[i].recs); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var (
+		next  atomic.Int32
+		wg    sync.WaitGroup
+		errMu sync.Mutex
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(work) {
+					return
+				}
+				if err := s.processPart(ctx, work[i].ps, work[i].recs); err != nil {
+					errMu.Lock()
+					procErr = cmp.Or(procErr, err)
+					errMu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return procErr
+}
+
+// processPart processes the records of one partition in order and
+// produces what they emit (the transaction is open). It touches only ps,
+// its output and slab, and what is safe for concurrent use (the client,
+// metrics, the logger), so processFetches may run it for several
+// partitions at once.
+func (s *liveStage) processPart(ctx context.Context, ps *partState, batches [][]*kgo.Record) error {
+	ps.out.Reset()
+	n, control := 0, false
+	for _, recs := range batches {
+		for _, r := range recs {
+			if r.Offset < ps.nextInput {
+				continue // already reflected in the restored state
+			}
+			ps.nextInput = r.Offset + 1
+			if r.Attrs.IsControl() {
+				control = true // a transaction marker: no data, but the position moves past it
+				continue
+			}
+			s.spec.process(ps.proc, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &ps.out)
+			n++
+		}
+	}
+	if n > 0 || control {
+		ps.consumed = true
+		ps.quietSince = s.e.clock.Now()
+	}
+	if n > 0 {
+		ps.touched = true
+		// Every rejection is one input record.
+		s.accepted.Add(float64(n - len(ps.out.Rejected)))
+		s.rejectedRecords.Add(float64(len(ps.out.Rejected)))
+	}
+	s.emitOut(ctx, &ps.out, &ps.slab)
+	return nil
 }
 
 // probeEvery bounds how often a stage with quiet partitions asks the broker
@@ -560,7 +644,8 @@ func (s *liveStage) readChangelog(ctx context.Context, p int32, from, barrier in
 	return readChangelogTo(ctx, s.restoreCl, s.log, s.changelog, p, barrier, fn)
 }
 
-// emit produces s.out's candles and dead letters in the open transaction.
+// emit produces s.out's candles and dead letters in the open transaction
+// (beginning one if needed).
 func (s *liveStage) emit(ctx context.Context) error {
 	if len(s.out.Candles) == 0 && len(s.out.Rejected) == 0 && len(s.out.Events) == 0 && len(s.out.Quiet) == 0 {
 		return nil
@@ -568,24 +653,37 @@ func (s *liveStage) emit(ctx context.Context) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
-	emitEvents(ctx, s.e.m, s.spec, &s.out, s.produce)
-	for i := range s.out.Candles {
-		s.produce(ctx, s.slab.candle(s.spec.OutputTopic, &s.out.Candles[i]))
+	s.emitOut(ctx, &s.out, &s.slab)
+	return nil
+}
+
+// emitOut produces out's candles, events, quiet records and dead letters
+// in the open transaction, the records and candle bytes from slab. Safe to
+// run for several partitions at once, each with its own out and slab.
+func (s *liveStage) emitOut(ctx context.Context, out *processors.Output, slab *outSlab) {
+	emitEvents(ctx, s.e.m, s.spec, out, s.produce)
+	for i := range out.Candles {
+		s.produce(ctx, slab.candle(s.spec.OutputTopic, &out.Candles[i]))
 	}
-	s.spec.quietRecords(&s.out, func(r *kgo.Record) { s.produce(ctx, r) })
-	if n := len(s.out.Candles); n > 0 {
-		if s.candlesN == nil { // on first use: a stage that writes no candles has no series
-			s.candlesN = s.e.m.candles.WithLabelValues(s.spec.Name, s.spec.Timeframe.String())
-		}
-		s.candlesN.Add(float64(n))
+	s.spec.quietRecords(out, func(r *kgo.Record) { s.produce(ctx, r) })
+	if n := len(out.Candles); n > 0 {
+		s.candlesN().Add(float64(n))
 	}
-	for i := range s.out.Rejected {
-		r := &s.out.Rejected[i]
+	for i := range out.Rejected {
+		r := &out.Rejected[i]
 		s.produce(ctx, deadLetter(s.e.g.deadLetterTopic(), s.spec.Name, s.spec.InputTopic, r))
 		s.e.m.rejected.WithLabelValues(s.spec.Name, string(r.Reason)).Inc()
 		s.log.Debug("record rejected", "reason", r.Reason, "detail", r.Detail, "key", r.Key, "partition", r.Partition, "offset", r.Offset)
 	}
-	return nil
+}
+
+// candlesN is the counter of the candles the stage produced, resolved on
+// first use: a stage that writes no candles has no series.
+func (s *liveStage) candlesN() prometheus.Counter {
+	s.candlesOnce.Do(func() {
+		s.candles = s.e.m.candles.WithLabelValues(s.spec.Name, s.spec.Timeframe.String())
+	})
+	return s.candles
 }
 
 func (s *liveStage) begin() error {

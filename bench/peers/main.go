@@ -26,8 +26,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -47,6 +49,7 @@ type config struct {
 	only       string
 	broker     string
 	timeout    time.Duration
+	cpuprofile string
 }
 
 func main() {
@@ -59,6 +62,7 @@ func main() {
 	flag.StringVar(&c.only, "only", "kandle,naive,goka", "contestants, comma separated")
 	flag.StringVar(&c.broker, "broker", "", "an external broker (e.g. `kandle dev-broker`) instead of the in-process one")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a contestant's run after this long")
+	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each contestant's run to `prefix`.<contestant>.<round>.prof")
 	flag.Parse()
 	if err := run(context.Background(), c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
@@ -105,23 +109,31 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		}
 		cs = append(cs, ct)
 	}
-	rates := map[string][]float64{}
+	rates, cpuRates := map[string][]float64{}, map[string][]float64{}
 	for r := range c.runs {
 		for _, ct := range cs {
+			stopProfile, err := startProfile(c.cpuprofile, ct.name, r)
+			if err != nil {
+				return err
+			}
 			rctx, cancel := context.WithTimeout(ctx, c.timeout)
-			start := time.Now()
-			err := ct.run(rctx, seeds, fmt.Sprintf("%s-%d", ct.name, r), c.n)
-			el := time.Since(start)
+			start, cpu0 := time.Now(), processCPU()
+			err = ct.run(rctx, seeds, fmt.Sprintf("%s-%d", ct.name, r), c.n)
+			el, cpu := time.Since(start), processCPU()-cpu0
 			cancel()
+			if perr := stopProfile(); err == nil {
+				err = perr
+			}
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", ct.name, r+1, err)
 			}
-			rate := float64(c.n) / el.Seconds()
+			rate, cpuRate := float64(c.n)/el.Seconds(), float64(c.n)/cpu.Seconds()
 			rates[ct.name] = append(rates[ct.name], rate)
-			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s%s\n", r+1, ct.name, el.Seconds(), rate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)))
+			cpuRates[ct.name] = append(cpuRates[ct.name], cpuRate)
+			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s %12.0f trades/cpu-s%s\n", r+1, ct.name, el.Seconds(), rate, cpuRate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)))
 		}
 	}
-	return table(out, c, cs, rates)
+	return table(out, c, cs, rates, cpuRates)
 }
 
 func produce(ctx context.Context, seeds []string, c config) error {
@@ -193,13 +205,50 @@ func emitted(ctx context.Context, seeds []string, topic string) string {
 	return fmt.Sprintf(", %d candles", n)
 }
 
-// table prints the median rate of each contestant and its ratio to the others.
-func table(out io.Writer, c config, cs []contestant, rates map[string][]float64) error {
+// processCPU returns the CPU time (user and system) this process has used:
+// the contestant's and the in-process broker's.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startProfile starts a CPU profile of one contestant's run when prefix is
+// set, and returns the function that stops it.
+func startProfile(prefix, name string, round int) (func() error, error) {
+	if prefix == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d.prof", prefix, name, round+1))
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+func median(rs []float64) float64 {
+	s := append([]float64(nil), rs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// table prints the median rate of each contestant and its ratio to the
+// others, and the median trades per CPU-second of the process (contestant
+// and in-process broker), which a loaded machine disturbs less than the
+// wall clock.
+func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string][]float64) error {
 	med := map[string]float64{}
 	for name, rs := range rates {
-		s := append([]float64(nil), rs...)
-		sort.Float64s(s)
-		med[name] = s[len(s)/2]
+		med[name] = median(rs)
 	}
 	fmt.Fprintf(out, "%d trades, %d symbols, %d partitions, %d round(s); median trades/s\n", c.n, c.symbols, c.partitions, c.runs)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -207,7 +256,7 @@ func table(out io.Writer, c config, cs []contestant, rates map[string][]float64)
 	for _, ct := range cs {
 		fmt.Fprintf(w, "÷ %s\t", ct.name)
 	}
-	fmt.Fprintln(w, "runs\t")
+	fmt.Fprintln(w, "runs\ttrades/cpu-s\t")
 	for _, a := range cs {
 		fmt.Fprintf(w, "%s\t%.0f\t", a.name, med[a.name])
 		for _, b := range cs {
@@ -217,7 +266,7 @@ func table(out io.Writer, c config, cs []contestant, rates map[string][]float64)
 		for _, r := range rates[a.name] {
 			rs = append(rs, fmt.Sprintf("%.0f", r))
 		}
-		fmt.Fprintf(w, "%s\t\n", strings.Join(rs, " "))
+		fmt.Fprintf(w, "%s\t%.0f\t\n", strings.Join(rs, " "), median(cpuRates[a.name]))
 	}
 	return w.Flush()
 }
