@@ -18,6 +18,7 @@ import (
 type entry struct {
 	key
 	head int32 // newest-added pending slot of the key in Sink.slots, -1 none; guarded by amu
+	busy bool  // a flush in progress holds updates of the key; guarded by amu
 
 	// owned by the flush goroutine (chunks in flight share no key)
 	stored    int64 // newest open_time this sink stored in the hash
@@ -30,7 +31,7 @@ type slot struct {
 	c    candle.Candle
 	e    *entry
 	next int32 // older-added pending slot of the same key, -1 end
-	dead bool  // replaced while Valkey was unreachable: never sent
+	dead bool  // replaced while Valkey was unreachable, or superseded by a final: never sent
 }
 
 // Active records the newest state of an open candle. It never blocks and
@@ -112,6 +113,52 @@ func (s *Sink) put(e *entry, c *candle.Candle, requeued bool) {
 	}
 	h.c, h.next = *c, -1
 	s.m.dropped.Inc()
+}
+
+// liveFirst orders the live path before the finals of s.buf: the pending
+// updates of their keys at or before a final's window are superseded by it
+// and dropped (counted as coalesced); if any other update of those keys is
+// pending or in a flush in progress, it flushes the active candles (after
+// that flush) and returns its error. When nothing of those keys is pending
+// or in flight it costs no round trip. Caller holds fmu.
+func (s *Sink) liveFirst(ctx context.Context) error {
+	need := false
+	s.amu.Lock()
+	if len(s.keys) > 0 {
+		for i := range s.buf {
+			f := &s.buf[i]
+			e := s.keys[keyOf(f)]
+			if e == nil {
+				continue
+			}
+			prev := int32(-1)
+			for j := e.head; j >= 0; {
+				sl := &s.slots[j]
+				next := sl.next
+				if sl.c.OpenTime <= f.OpenTime { // superseded by the final: never sent
+					sl.dead, sl.next = true, -1
+					if prev < 0 {
+						e.head = next
+					} else {
+						s.slots[prev].next = next
+					}
+					s.m.coalesced.Inc()
+				} else {
+					prev = j
+				}
+				j = next
+			}
+			need = need || e.head >= 0 || e.busy
+		}
+	}
+	s.amu.Unlock()
+	if !need {
+		return nil
+	}
+	if err := s.FlushActive(ctx); err != nil {
+		return fmt.Errorf("valkey: publish pending live updates before their finals: %w", err)
+	}
+	return nil
 }
 
 // pendingWindows returns the windows waiting to be sent, for tests.
@@ -250,10 +297,21 @@ func (a *activeWriter) flush(ctx context.Context) error {
 		if e := taken[i].e; e.head == int32(i) {
 			a.heads = append(a.heads, int32(i))
 			e.head = -1
+			e.busy = true
 		}
 	}
 	s.amu.Unlock()
-	defer func() { a.spare = taken }()
+	defer func() {
+		a.spare = taken
+		if len(a.heads) == 0 {
+			return
+		}
+		s.amu.Lock() // after any requeue: a key's updates are sent or pending again
+		for _, h := range a.heads {
+			taken[h].e.busy = false
+		}
+		s.amu.Unlock()
+	}()
 
 	a.chunks = a.chunks[:0]
 	var ch *activeChunk

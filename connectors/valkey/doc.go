@@ -39,9 +39,21 @@
 // finals of a key are in one chunk, in the order written, and keeps up to
 // four chunks in flight: chunks that run at the same time share no key, so
 // a key's finals are published in order whichever chunk Valkey runs first.
-// (The sink does not order its live path against its final path: a live
-// update still pending when its window's final is flushed may be published
-// after the final; the hash still never goes back to an older window.)
+//
+// Live before final. Before each attempt to store finals, the sink orders
+// its own live path of their keys: a pending live update of a final's
+// window or an older one is superseded by the final and dropped (counted in
+// active_coalesced_total); if a newer window's update of those keys is
+// pending, or a live pipeline holding those keys is in flight, the finals
+// wait for that pipeline and for a live flush of what is pending. So every
+// live update handed to Active before Write of a final of the same key is
+// published before that final or not at all: a subscriber sees no live
+// message of a closed window after its final unless Active was called with
+// it after the final was stored. When
+// nothing of those keys is pending or in flight this costs no round trip.
+// The limit: updates from another sink (another process) are not ordered
+// against this sink's finals; the hash still never goes back to an older
+// window, whoever writes it.
 //
 // Outages: Active never blocks and never fails. While Valkey is down the
 // pending windows are at most one candle per key: the newest window's (an

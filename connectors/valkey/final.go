@@ -89,6 +89,8 @@ type finalChunk struct {
 // flushFinals stores s.buf, retrying transient errors with backoff until
 // ctx ends. Stored candles leave the buffer. Caller holds fmu.
 //
+// Each attempt first orders the live path before the finals (liveFirst).
+//
 // The buffer is cut into chunks so that all candles of one key are in the
 // same chunk, in buffer order: the chunks in flight at once share no key,
 // so the order in which Valkey runs them does not matter, and a key's
@@ -96,9 +98,14 @@ type finalChunk struct {
 func (s *Sink) flushFinals(ctx context.Context) error {
 	var rej *RejectedError
 	for attempt := 0; len(s.buf) > 0; attempt++ {
-		chunks := s.chunkFinals()
-		s.sendFinals(ctx, chunks)
-		var err error
+		// The live updates of these keys go first (or are dropped when a
+		// final supersedes them): none is published after its final.
+		var chunks []*finalChunk
+		err := s.liveFirst(ctx)
+		if err == nil {
+			chunks = s.chunkFinals()
+			s.sendFinals(ctx, chunks)
+		}
 		var keep []bool // the candles of failed chunks stay buffered
 		for _, ch := range chunks {
 			if ch.err != nil {
@@ -127,20 +134,24 @@ func (s *Sink) flushFinals(ctx context.Context) error {
 			s.m.written.WithLabelValues(kindFinal).Add(float64(len(ch.at) - len(ch.bad)))
 			s.m.stale.Add(float64(ch.stale))
 		}
-		n := 0
-		for i := range keep {
-			if keep[i] {
-				s.buf[n] = s.buf[i]
-				n++
+		if chunks != nil { // else nothing was sent: all stay buffered
+			n := 0
+			for i := range keep {
+				if keep[i] {
+					s.buf[n] = s.buf[i]
+					n++
+				}
 			}
+			clear(s.buf[n:])
+			s.buf = s.buf[:n]
 		}
-		clear(s.buf[n:])
-		s.buf = s.buf[:n]
 		if err == nil {
 			break
 		}
 		s.m.retries.WithLabelValues(kindFinal).Inc()
-		s.m.errors.WithLabelValues(kindFinal).Inc()
+		if chunks != nil { // a failed live flush is counted as kind active
+			s.m.errors.WithLabelValues(kindFinal).Inc()
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("valkey: %d final candles not stored yet (they stay buffered): %w", len(s.buf), ctx.Err())
 		}
