@@ -59,7 +59,8 @@ func countedSink(t *testing.T, f *fakeS3, cfg Config, reg *prometheus.Registry) 
 
 // TestSteadyFlushesDoNoGet: once the sink has written an object, its next
 // flushes of that object write it without reading it (the write cache),
-// and the objects still hold exactly every candle. With
+// and the objects still hold exactly every candle; the first flush, of new
+// objects, reads nothing either (a create-only PUT). With
 // unconditional_writes nothing fences such a write, so every flush reads.
 func TestSteadyFlushesDoNoGet(t *testing.T) {
 	t.Parallel()
@@ -93,7 +94,7 @@ func TestSteadyFlushesDoNoGet(t *testing.T) {
 					t.Fatal(err)
 				}
 				want := map[string]int{http.MethodPut: 2}
-				if round == 0 || tc.unconditional {
+				if tc.unconditional { // the first flush creates the objects without a GET too
 					want[http.MethodGet] = 2
 				}
 				if n := rc.take(); !maps.Equal(n, want) {
@@ -239,5 +240,116 @@ func TestOverlay(t *testing.T) {
 				t.Fatalf("%s: cached row %d changed", tc.name, i)
 			}
 		}
+	}
+}
+
+// countingStore counts the gets and puts of a store (a file:// lake).
+type countingStore struct {
+	store
+	gets, puts int
+}
+
+func (c *countingStore) get(ctx context.Context, k string) ([]byte, string, bool, error) {
+	c.gets++
+	return c.store.get(ctx, k)
+}
+
+func (c *countingStore) put(ctx context.Context, k string, data []byte, version string, found bool) error {
+	c.puts++
+	return c.store.put(ctx, k, data, version, found)
+}
+
+// TestNewObjectsCreatedWithoutGet: a flush of objects the write cache does
+// not hold first tries a create-only write of the new candles alone, so a
+// new object is written with one PUT and no GET. An object that exists but
+// is not in the cache (written by the sink's previous instance, before a
+// restart) refuses that write; the sink then reads it and merges into it,
+// so none of the earlier candles is overwritten, and the refusal is not
+// counted as a write conflict. Both an S3 lake and a file:// lake.
+func TestNewObjectsCreatedWithoutGet(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	all := dayCandles()
+	sym := func(cs []candle.Candle, s string) []candle.Candle {
+		out := make([]candle.Candle, len(cs))
+		for i, c := range cs {
+			c.Symbol = s
+			out[i] = c
+		}
+		return out
+	}
+	// The first instance writes two objects; the second, after a restart,
+	// writes more candles into both and into a third, new object.
+	first := append(append([]candle.Candle{}, all[:600]...), sym(all[:600], "ETH/USDT")...)
+	second := append(append(append([]candle.Candle{}, all[600:900]...), sym(all[600:900], "ETH/USDT")...), sym(all[:300], "SOL/USDT")...)
+	type counts struct{ gets, puts int }
+	// starter opens a sink on the test's lake and returns it with a
+	// function that takes its reads and writes of objects so far.
+	type starter func(reg *prometheus.Registry) (*Sink, func() counts)
+	for _, tc := range []struct {
+		name string
+		lake func(t *testing.T) (start starter, objects func() map[string][]byte, prefix string)
+	}{
+		{"s3", func(t *testing.T) (starter, func() map[string][]byte, string) {
+			f := newFakeS3(t, "lake")
+			return func(reg *prometheus.Registry) (*Sink, func() counts) {
+					s, rc := countedSink(t, f, f.config("lake/candles"), reg)
+					return s, func() counts { n := rc.take(); return counts{n[http.MethodGet], n[http.MethodPut]} }
+				}, func() map[string][]byte { return listObjects(t, f.client(), "lake") },
+				"candles"
+		}},
+		{"file", func(t *testing.T) (starter, func() map[string][]byte, string) {
+			dir := t.TempDir()
+			return func(reg *prometheus.Registry) (*Sink, func() counts) {
+					s, err := New(ctx, Config{URL: "file://" + dir}, WithLogger(quietLogger()), WithRegisterer(reg),
+						WithClock(&fakeClock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}), WithMinBackoff(time.Millisecond))
+					if err != nil {
+						t.Fatal(err)
+					}
+					cs := &countingStore{store: s.st}
+					s.st = cs
+					return s, func() counts {
+						n := counts{cs.gets, cs.puts}
+						cs.gets, cs.puts = 0, 0
+						return n
+					}
+				}, func() map[string][]byte { return readDir(t, dir) },
+				""
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start, objects, prefix := tc.lake(t)
+			regA := prometheus.NewRegistry()
+			a, takeA := start(regA)
+			writeBatches(t, a, first, 100)
+			if err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := takeA(); n != (counts{gets: 0, puts: 2}) {
+				t.Fatalf("first instance, new objects: %+v, want 2 PUTs and no GET", n)
+			}
+			if n := counter(t, regA, "kandle_s3parquet_create_refused_total"); n != 0 {
+				t.Fatalf("refused creates of new objects = %v, want 0", n)
+			}
+
+			regB := prometheus.NewRegistry()
+			b, takeB := start(regB)
+			writeBatches(t, b, second, 100)
+			if err := b.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// Two existing objects: a refused create, a GET and a PUT each;
+			// the new one: one PUT.
+			if n := takeB(); n != (counts{gets: 2, puts: 5}) {
+				t.Fatalf("second instance: %+v, want 2 GETs and 5 PUTs", n)
+			}
+			if n := counter(t, regB, "kandle_s3parquet_create_refused_total"); n != 2 {
+				t.Fatalf("refused creates = %v, want 2 (the objects of the first instance)", n)
+			}
+			if n := counter(t, regB, "kandle_s3parquet_write_conflicts_total"); n != 0 {
+				t.Fatalf("write conflicts = %v, want 0 (only one writer)", n)
+			}
+			checkObjects(t, objects(), expectedObjects(prefix, append(append([]candle.Candle{}, first...), second...)))
+		})
 	}
 }

@@ -57,6 +57,17 @@
 // with unconditional_writes (nothing fences a write) the sink always reads.
 // kandle_s3parquet_write_cache_hits_total counts the writes without a read.
 //
+// An object the cache does not hold is first written from the buffered
+// candles alone with If-None-Match: * (create only): right exactly when it
+// does not exist, which saves the read on each object's first flush (one
+// series' new UTC day). If it exists (written before a restart, dropped
+// from the cache, or by another writer), the store refuses the write and
+// keeps the object, and the sink reads, merges and writes as above.
+// kandle_s3parquet_create_refused_total counts these refusals; they are
+// not fencing conflicts (nothing was read) and write_conflicts_total does
+// not count them. With unconditional_writes the sink reads first, since a
+// PUT without the condition would overwrite the object.
+//
 // New checks at start that the store honours the conditions: it writes the
 // probe object ProbeKey under the prefix, then expects a second PUT with
 // If-None-Match: * and one with a wrong If-Match to fail with 412. A store

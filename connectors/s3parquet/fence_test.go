@@ -101,8 +101,8 @@ func dayCandles() []candle.Candle {
 // refused (412): a reads the object again, finds b's candles, merges and
 // leaves them all in place. Nothing b wrote is lost or rolled back.
 //
-// Both cases: the object existed when a read it (If-Match its ETag), and it
-// did not (If-None-Match: *).
+// Both cases: the object existed when a wrote it (If-Match its ETag, from
+// the write cache), and it did not (a create-only PUT, If-None-Match: *).
 func TestZombieWriterFenced(t *testing.T) {
 	t.Parallel()
 	all := dayCandles()
@@ -167,8 +167,18 @@ func TestZombieWriterFenced(t *testing.T) {
 			}
 			objs := listObjects(t, f.client(), "lake")
 			checkObjects(t, objs, wantB) // every candle of b, none rolled back
-			if n := counter(t, regA, "kandle_s3parquet_write_conflicts_total"); n != 1 {
-				t.Fatalf("write conflicts of the old owner = %v, want 1", n)
+			// A new object's write is a create-only PUT that read nothing:
+			// its refusal is counted apart from the fencing conflicts of a
+			// write based on a read (or on the write cache).
+			wantConflicts, wantRefused := 1.0, 0.0
+			if tc.before == nil {
+				wantConflicts, wantRefused = 0, 1
+			}
+			if n := counter(t, regA, "kandle_s3parquet_write_conflicts_total"); n != wantConflicts {
+				t.Fatalf("write conflicts of the old owner = %v, want %v", n, wantConflicts)
+			}
+			if n := counter(t, regA, "kandle_s3parquet_create_refused_total"); n != wantRefused {
+				t.Fatalf("refused creates of the old owner = %v, want %v", n, wantRefused)
 			}
 
 			// An independent reader agrees: the object holds the whole day.
@@ -339,8 +349,8 @@ func TestConflictsBounded(t *testing.T) {
 		!strings.Contains(err.Error(), "only one kandle deployment writes into this lake") {
 		t.Fatalf("Flush = %v, want a bounded conflict error saying what to check", err)
 	}
-	if busy.puts != maxConflicts {
-		t.Fatalf("%d writes, want %d", busy.puts, maxConflicts)
+	if busy.puts != 1+maxConflicts { // the create-only write, then the read-merge-writes
+		t.Fatalf("%d writes, want %d", busy.puts, 1+maxConflicts)
 	}
 	if n := counter(t, reg, "kandle_s3parquet_write_conflicts_total"); n != maxConflicts {
 		t.Fatalf("write conflicts = %v, want %d", n, maxConflicts)

@@ -7,16 +7,17 @@ import (
 )
 
 type metrics struct {
-	candles   prometheus.Counter   // candles made durable
-	objects   prometheus.Counter   // objects written
-	bytes     prometheus.Counter   // object bytes written
-	rejected  prometheus.Counter   // candles rejected as unstorable
-	retries   prometheus.Counter   // failed attempts that were retried
-	errors    prometheus.Counter   // failed attempts (retried or not)
-	conflicts prometheus.Counter   // conditional writes refused: the object changed since it was read
-	cacheHits prometheus.Counter   // object writes based on the sink's own last write, without a read
-	latency   prometheus.Histogram // one partition's read-merge-write
-	flushes   prometheus.Histogram // one whole flush
+	candles       prometheus.Counter   // candles made durable
+	objects       prometheus.Counter   // objects written
+	bytes         prometheus.Counter   // object bytes written
+	rejected      prometheus.Counter   // candles rejected as unstorable
+	retries       prometheus.Counter   // failed attempts that were retried
+	errors        prometheus.Counter   // failed attempts (retried or not)
+	conflicts     prometheus.Counter   // conditional writes refused: the object changed since it was read
+	cacheHits     prometheus.Counter   // object writes based on the sink's own last write, without a read
+	createRefused prometheus.Counter   // create-only writes refused because the object existed
+	latency       prometheus.Histogram // one partition's read-merge-write
+	flushes       prometheus.Histogram // one whole flush
 }
 
 func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
@@ -36,6 +37,9 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 			"replaced the object since it was read; the sink read, merged and wrote again."),
 		cacheHits: counter("write_cache_hits_total", "Object writes that skipped reading the object because this sink wrote it last "+
 			"(write_cache_bytes); the write is still conditional on the object being unchanged."),
+		createRefused: counter("create_refused_total", "Create-only writes (If-None-Match: *) of an object the write cache did not hold, "+
+			"refused because the object already existed (written before a restart, dropped from the cache, or by another writer); "+
+			"the sink then read, merged and wrote it. Not counted in write_conflicts_total."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "object_write_seconds",
 			Help: "Time to read, merge and write one partition object, retries included.", ConstLabels: labels, Buckets: buckets}),
 		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "flush_seconds",
@@ -44,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.conflicts, m.cacheHits, m.latency, m.flushes} {
+	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.conflicts, m.cacheHits, m.createRefused, m.latency, m.flushes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics (give each sink its own WithName): %w", err)
 		}

@@ -274,7 +274,9 @@ func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 }
 
 // upsert merges p into its partition's object: read it, overlay the
-// buffered candles by open_time, sort, rewrite. The result depends only on
+// buffered candles by open_time, sort, rewrite. The read is skipped when
+// the write cache holds the object (writeCached) and, with conditional
+// writes, when the object does not exist yet (create). The result depends only on
 // the set of candles ever written, so replays converge to the same bytes.
 //
 // The rewrite is conditional on the object being what was read (If-Match
@@ -288,7 +290,25 @@ func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
 	start := time.Now()
 	defer func() { s.m.latency.Observe(time.Since(start).Seconds()) }()
 	key := PartitionPath(k.tf, k.sym, k.day*86_400_000)
-	if e := s.cache.take(key); e != nil {
+	e := s.cache.take(key)
+	if e == nil && !s.cfg.UnconditionalWrites {
+		done, err := s.create(ctx, key, p)
+		switch {
+		case done:
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return stopped(ctx, key, 1, err)
+		case errors.Is(err, errConflict):
+			// The object exists (written before a restart, dropped from
+			// the cache, or by another writer): not a fencing conflict,
+			// nothing was read. Read and merge into it below.
+			s.m.createRefused.Inc()
+		default:
+			s.m.errors.Inc()
+			s.log.Warn("s3parquet: write failed, reading the object and retrying", "object", s.st.where(key), "err", err)
+		}
+	}
+	if e != nil {
 		done, err := s.writeCached(ctx, key, p, e)
 		switch {
 		case done:
@@ -348,6 +368,35 @@ func (s *Sink) writeCached(ctx context.Context, key string, p *part, e *cached) 
 	}
 	var version string
 	if err := s.st.put(withPutVersion(ctx, &version), key, data, e.version, true); err != nil {
+		return false, err
+	}
+	s.cache.store(key, version, cs)
+	s.m.objects.Inc()
+	s.m.bytes.Add(float64(len(data)))
+	return true, nil
+}
+
+// create writes the object at key from p's candles alone, on the
+// condition that it does not exist (If-None-Match: *; the file lake checks
+// under its lock). It is tried first when the write cache does not hold
+// the object, which saves the read for a new object: its first flush of
+// a day. If the object exists, the store refuses the write (errConflict)
+// and writes nothing, and upsert reads and merges as before. Never with
+// unconditional_writes: there this would overwrite the object.
+func (s *Sink) create(ctx context.Context, key string, p *part) (done bool, err error) {
+	cs := make([]candle.Candle, 0, len(p.byOpen))
+	for _, c := range p.byOpen {
+		cs = append(cs, c)
+	}
+	sortByOpen(cs)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	data, err := s.enc.encode(cs, s.cfg.RowGroupRows)
+	if err != nil {
+		return false, err
+	}
+	var version string
+	if err := s.st.put(withPutVersion(ctx, &version), key, data, "", false); err != nil {
 		return false, err
 	}
 	s.cache.store(key, version, cs)
