@@ -80,6 +80,19 @@ func waitHeld(t *testing.T, held <-chan struct{}) {
 	}
 }
 
+// cutOff closes gate, buffers cs in s and starts its flush, which hangs
+// at the gate; it returns once the PUT is held, with the flush's result
+// to come.
+func cutOff(ctx context.Context, t *testing.T, gate *putGate, s *Sink, cs []candle.Candle) <-chan error {
+	t.Helper()
+	gate.close()
+	writeBatches(t, s, cs, 100)
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(ctx) }()
+	waitHeld(t, gate.held)
+	return flushed
+}
+
 // dayCandles returns gen's 1m candles of BTC/USDT on the UTC day of
 // 2026-11-22 (1440 of them, in open_time order).
 func dayCandles() []candle.Candle {
@@ -136,11 +149,7 @@ func TestZombieWriterFenced(t *testing.T) {
 			}
 
 			// a takes set2 and flushes; it is cut off: its PUT hangs.
-			gate.close()
-			writeBatches(t, a, set2, 100)
-			flushed := make(chan error, 1)
-			go func() { flushed <- a.Flush(ctx) }()
-			waitHeld(t, gate.held)
+			flushed := cutOff(ctx, t, gate, a, set2)
 
 			// b, the partition's new owner, starts from a's last commit:
 			// it writes set2 again, then set3, and flushes.
@@ -240,11 +249,7 @@ func TestZombieWriterFencedFile(t *testing.T) {
 	if err := a.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	gate.close()
-	writeBatches(t, a, set2, 100)
-	flushed := make(chan error, 1)
-	go func() { flushed <- a.Flush(ctx) }()
-	waitHeld(t, gate.held)
+	flushed := cutOff(ctx, t, gate, a, set2)
 
 	b, err := New(ctx, Config{URL: "file://" + dir}, WithLogger(quietLogger()), WithClock(clock))
 	if err != nil {
