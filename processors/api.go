@@ -1,7 +1,7 @@
 package processors
 
 import (
-	"time"
+	"github.com/kandle/kandle/internal/clock"
 
 	"github.com/kandle/kandle/candle"
 )
@@ -113,16 +113,10 @@ type Processor interface {
 
 // Clock tells the wall time. Processors never read time.Now themselves: live
 // runs pass the system clock, replays and tests a fixed one.
-type Clock interface{ Now() time.Time }
+type Clock = clock.Clock
 
 // FixedClock is a Clock that always says T (replay: the time it started).
-type FixedClock struct{ T time.Time }
-
-// Now returns c.T.
-func (c FixedClock) Now() time.Time { return c.T }
+type FixedClock = clock.Fixed
 
 // SystemClock is the wall clock.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+type SystemClock = clock.System

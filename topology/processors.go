@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -83,7 +84,8 @@ func (r Registry) processorKinds() []string {
 			extra = append(extra, name)
 		}
 	}
-	return append(out, sortedStrings(extra)...)
+	slices.Sort(extra)
+	return append(out, extra...)
 }
 
 // KindOf returns the kind of p: one registered with the Registry t was

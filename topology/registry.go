@@ -1,5 +1,10 @@
 package topology
 
+import (
+	"maps"
+	"slices"
+)
+
 // SinkKind describes one sink connector to the parser.
 type SinkKind struct {
 	Name string // the value of a sink's kind key, e.g. "dynamodb"
@@ -23,9 +28,5 @@ type Registry struct {
 }
 
 func (r Registry) kinds() []string {
-	out := make([]string, 0, len(r.Sinks))
-	for k := range r.Sinks {
-		out = append(out, k)
-	}
-	return sortedStrings(out)
+	return slices.Sorted(maps.Keys(r.Sinks))
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -429,8 +428,3 @@ func (c *checker) sinks() {
 }
 
 func joinNames(names []string) string { return strings.Join(names, ", ") }
-
-func sortedStrings(s []string) []string {
-	sort.Strings(s)
-	return s
-}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -53,7 +55,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	mem := serve.NewMemory(demoHistory)
 	opts := []engine.Option{engine.WithLogger(e.log), engine.WithRegisterer(prometheus.NewRegistry()),
 		engine.WithDevBrokerListen("127.0.0.1:0"), engine.WithInstanceID("demo")}
-	for _, name := range sortedKeys(t.Processors) {
+	for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
 		opts = append(opts, engine.WithLive(name, mem))
 	}
 	eng, err := engine.New(t, opts...)
@@ -85,7 +87,7 @@ func cmdDemo(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	src := t.Sources[sortedKeys(t.Sources)[0]]
+	src := t.Sources[slices.Sorted(maps.Keys(t.Sources))[0]]
 	where := "the embedded broker"
 	if !t.Brokers.Embedded() {
 		where = "broker"
@@ -165,7 +167,7 @@ const demoHistory = 5000
 // demoServer is kandle serve over the demo's in-memory store.
 func demoServer(e *env, t *topology.Topology, mem *serve.Memory) (*serve.Server, error) {
 	tfs := map[string]candle.Timeframe{}
-	for _, name := range sortedKeys(t.Processors) {
+	for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
 		p := t.Processors[name]
 		if _, ok := tfs[p.Timeframe]; !ok {
 			tfs[p.Timeframe] = t.TimeframeOf(p)
@@ -183,7 +185,7 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 	for _, tf := range show {
 		want[tf] = true
 	}
-	for _, name := range sortedKeys(t.Processors) {
+	for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
 		topics = append(topics, t.Processors[name].Output.Topic)
 	}
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(seeds...), kgo.ConsumeTopics(topics...),
@@ -221,13 +223,4 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 				time.UnixMilli(c.CloseTime).UTC().Format("15:04"), c.Open, c.High, c.Low, c.Close, c.Volume, c.Trades, gap)
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

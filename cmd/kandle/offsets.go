@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -71,7 +73,7 @@ func cmdOffsets(ctx context.Context, e *env, args []string) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "KIND\tNAME\tTOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\tWATERMARK (UTC)\t")
 	for _, g := range all {
-		for _, topic := range sortedKeys(g.Topics) {
+		for _, topic := range slices.Sorted(maps.Keys(g.Topics)) {
 			for _, p := range g.Topics[topic] {
 				wm, committed, mark := "-", "-", ""
 				if p.HasWatermark {

@@ -7,7 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,7 +83,7 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	name := *sinkName
 	if name == "" {
 		var names []string
-		for _, n := range sortedKeys(t.Sinks) {
+		for _, n := range slices.Sorted(maps.Keys(t.Sinks)) {
 			if _, ok := t.Sinks[n].Config.(*dynamodb.Config); ok {
 				names = append(names, n)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -75,14 +76,14 @@ func pageURL(a net.Addr) string {
 func serveOptions(ctx context.Context, e *env, t *topology.Topology, reg prometheus.Registerer) (serve.Options, func(), error) {
 	c := t.Serve
 	o := serve.Options{Config: c, Log: e.log, Registerer: reg, Timeframes: map[string]candle.Timeframe{}}
-	for _, name := range sortedKeys(t.Processors) {
+	for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
 		p := t.Processors[name]
 		if _, ok := o.Timeframes[p.Timeframe]; !ok {
 			o.Timeframes[p.Timeframe] = t.TimeframeOf(p)
 		}
 	}
 	whitelisted := len(t.Sources) > 0
-	for _, name := range sortedKeys(t.Sources) {
+	for _, name := range slices.Sorted(maps.Keys(t.Sources)) {
 		s := t.Sources[name]
 		if len(s.Symbols) == 0 {
 			whitelisted = false
@@ -147,7 +148,7 @@ func serveOptions(ctx context.Context, e *env, t *topology.Topology, reg prometh
 // onlySink names t's one sink of kind, or "" when it has none or several.
 func onlySink(t *topology.Topology, kind string) string {
 	var found []string
-	for _, name := range sortedKeys(t.Sinks) {
+	for _, name := range slices.Sorted(maps.Keys(t.Sinks)) {
 		if t.Sinks[name].Kind == kind {
 			found = append(found, name)
 		}

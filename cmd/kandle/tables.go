@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/kandle/kandle/connectors/dynamodb"
@@ -58,7 +60,7 @@ func cmdTables(ctx context.Context, e *env, args []string) error {
 	}
 	var targets []*target
 	byID := map[string]*target{}
-	for _, name := range sortedKeys(t.Sinks) {
+	for _, name := range slices.Sorted(maps.Keys(t.Sinks)) {
 		cfg, ok := t.Sinks[name].Config.(*dynamodb.Config)
 		if !ok || len(want) > 0 && !want[name] {
 			continue

@@ -2,7 +2,8 @@ package dynamodb
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -162,7 +163,7 @@ func (c *Config) Validate() []string {
 	if (c.TTL > 0 || len(c.TTLByTimeframe) > 0) && cfg.Table.TTLAttribute == "" {
 		add("ttl: items need an attribute to hold the expiry; set table.ttl_attribute (e.g. expires_at)")
 	}
-	for _, tf := range sortedKeys(c.TTLByTimeframe) {
+	for _, tf := range slices.Sorted(maps.Keys(c.TTLByTimeframe)) {
 		if _, err := candle.ParseTimeframe(tf, nil); err != nil {
 			add("ttl_by_timeframe: %v", err)
 		}
@@ -204,14 +205,14 @@ func (t TableSpec) validate(path string) []string {
 	if _, err := t.attributeTypes(); err != nil {
 		add("%v", err)
 	}
-	for _, name := range sortedKeys(t.GSIs) {
+	for _, name := range slices.Sorted(maps.Keys(t.GSIs)) {
 		ix := t.GSIs[name]
 		if ix.PK == "" {
 			add("gsis.%s.pk: a GSI needs a partition key attribute", name)
 		}
 		errs = append(errs, ix.validate(path+".gsis."+name)...)
 	}
-	for _, name := range sortedKeys(t.LSIs) {
+	for _, name := range slices.Sorted(maps.Keys(t.LSIs)) {
 		ix := t.LSIs[name]
 		if ix.PK != "" && ix.PK != t.PKAttribute {
 			add("lsis.%s.pk: an LSI shares the table's partition key %q; remove pk", name, t.PKAttribute)
@@ -272,12 +273,12 @@ func (t TableSpec) attributeTypes() (map[string]string, error) {
 	}
 	set(t.PKAttribute, "S")
 	set(t.SKAttribute, t.SKType)
-	for _, name := range sortedKeys(t.GSIs) {
+	for _, name := range slices.Sorted(maps.Keys(t.GSIs)) {
 		ix := t.GSIs[name]
 		set(ix.PK, orDefault(ix.PKType, "S"))
 		set(ix.SK, orDefault(ix.SKType, "N"))
 	}
-	for _, name := range sortedKeys(t.LSIs) {
+	for _, name := range slices.Sorted(maps.Keys(t.LSIs)) {
 		set(t.LSIs[name].SK, orDefault(t.LSIs[name].SKType, "N"))
 	}
 	return types, err
@@ -289,13 +290,4 @@ func (c Config) ttlFor(tf string) time.Duration {
 		return time.Duration(d)
 	}
 	return time.Duration(c.TTL)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kandle/kandle/connectors/sinkkit"
 	"time"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"

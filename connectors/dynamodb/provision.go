@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,13 +143,13 @@ func applyTable(ctx context.Context, client API, spec TableSpec, dryRun bool, lo
 	for _, l := range t.LocalSecondaryIndexes {
 		have[aws.ToString(l.IndexName)] = true
 	}
-	for _, name := range sortedKeys(spec.LSIs) {
+	for _, name := range slices.Sorted(maps.Keys(spec.LSIs)) {
 		if !have[name] {
 			plan.Warnings = append(plan.Warnings, fmt.Sprintf("table %s: LSI %s is missing and can only be created with the table; recreate the table (or drop the LSI from the YAML)", spec.Name, name))
 		}
 	}
 	typ := attrTypes(spec)
-	for _, name := range sortedKeys(spec.GSIs) {
+	for _, name := range slices.Sorted(maps.Keys(spec.GSIs)) {
 		if have[name] {
 			continue
 		}
@@ -306,7 +308,7 @@ func createInput(spec TableSpec) *dynamodb.CreateTableInput {
 		BillingMode: billingMode(spec),
 	}
 	in.ProvisionedThroughput = throughput(spec)
-	for _, name := range sortedKeys(spec.GSIs) {
+	for _, name := range slices.Sorted(maps.Keys(spec.GSIs)) {
 		ix := spec.GSIs[name]
 		names = append(names, ix.PK, ix.SK)
 		in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, types.GlobalSecondaryIndex{
@@ -314,7 +316,7 @@ func createInput(spec TableSpec) *dynamodb.CreateTableInput {
 			Projection: projection(ix), ProvisionedThroughput: throughput(spec),
 		})
 	}
-	for _, name := range sortedKeys(spec.LSIs) {
+	for _, name := range slices.Sorted(maps.Keys(spec.LSIs)) {
 		ix := spec.LSIs[name]
 		names = append(names, ix.SK)
 		in.LocalSecondaryIndexes = append(in.LocalSecondaryIndexes, types.LocalSecondaryIndex{
@@ -381,10 +383,10 @@ func throughput(spec TableSpec) *types.ProvisionedThroughput {
 func describeSpec(spec TableSpec) string {
 	var parts []string
 	parts = append(parts, fmt.Sprintf("pk %s S, sk %s %s, %s", spec.PKAttribute, spec.SKAttribute, spec.SKType, spec.BillingMode))
-	for _, name := range sortedKeys(spec.GSIs) {
+	for _, name := range slices.Sorted(maps.Keys(spec.GSIs)) {
 		parts = append(parts, "GSI "+name+" "+describeIndex(spec.GSIs[name], ""))
 	}
-	for _, name := range sortedKeys(spec.LSIs) {
+	for _, name := range slices.Sorted(maps.Keys(spec.LSIs)) {
 		parts = append(parts, "LSI "+name+" "+describeIndex(spec.LSIs[name], spec.PKAttribute))
 	}
 	return strings.Join(parts, "; ")

@@ -115,10 +115,3 @@ type DynamoAPI interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
-
-// Clock tells the time used for lease expiry. Tests inject their own.
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }

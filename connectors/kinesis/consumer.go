@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kandle/kandle/internal/clock"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
@@ -113,7 +115,7 @@ type Consumer struct {
 	table *leaseTable
 	h     Handler
 	log   *slog.Logger
-	clock Clock
+	clock clock.Clock
 	m     *consumerMetrics
 
 	mu   sync.Mutex

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kandle/kandle/internal/clock"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -28,7 +29,7 @@ func testConsumersShareEvenly(t *testing.T, e *env) {
 	})
 	a.close(t)
 	b.close(t)
-	tbl := &leaseTable{db: e.ddb, name: e.table, duration: time.Second, clock: systemClock{}}
+	tbl := &leaseTable{db: e.ddb, name: e.table, duration: time.Second, clock: clock.System{}}
 	items, err := tbl.scan(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +103,7 @@ func testCrashedConsumerLeasesMove(t *testing.T, e *env) {
 func testLeaseFencing(t *testing.T, e *env) {
 	ddb := e.ddb
 	ctx := context.Background()
-	tbl := &leaseTable{db: ddb, name: "fence", duration: time.Second, clock: systemClock{}}
+	tbl := &leaseTable{db: ddb, name: "fence", duration: time.Second, clock: clock.System{}}
 	if err := tbl.ensure(ctx, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

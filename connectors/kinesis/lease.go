@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kandle/kandle/internal/clock"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -173,7 +175,7 @@ type leaseTable struct {
 	db       DynamoAPI
 	name     string
 	duration time.Duration
-	clock    Clock
+	clock    clock.Clock
 	// ns, when set, is the namespace of this consumer's leases: their
 	// items are keyed ns/<shard id>, so consumers of other namespaces
 	// sharing the table each hold every shard. Empty: items are keyed by

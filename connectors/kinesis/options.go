@@ -3,6 +3,8 @@ package kinesis
 import (
 	"log/slog"
 
+	"github.com/kandle/kandle/internal/clock"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -12,11 +14,11 @@ type Option func(*options)
 type options struct {
 	log   *slog.Logger
 	reg   prometheus.Registerer
-	clock Clock
+	clock clock.Clock
 }
 
 func buildOptions(opts []Option) options {
-	o := options{log: slog.Default(), clock: systemClock{}}
+	o := options{log: slog.Default(), clock: clock.System{}}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -36,7 +38,7 @@ func WithLogger(l *slog.Logger) Option {
 func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.reg = r } }
 
 // WithClock sets the clock that measures lease expiry (default: the system clock).
-func WithClock(c Clock) Option {
+func WithClock(c clock.Clock) Option {
 	return func(o *options) {
 		if c != nil {
 			o.clock = c

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/kandle/kandle/internal/clock"
 )
 
 // A shard split and then a merge while a consumer runs: children are opened
@@ -61,7 +62,7 @@ func testSplitAndMerge(t *testing.T, e *env) {
 	}
 	// Once a finished shard's children have started, its lease is deleted,
 	// and shard sync does not recreate it although the shard is still listed.
-	tbl := &leaseTable{db: e.ddb, name: e.table, duration: time.Second, clock: systemClock{}}
+	tbl := &leaseTable{db: e.ddb, name: e.table, duration: time.Second, clock: clock.System{}}
 	onlyMerged := func() bool {
 		items, err := tbl.scan(ctx)
 		return err == nil && len(items) == 1 && items[0].ShardID == merged[0] && items[0].Checkpoint != ShardEnd

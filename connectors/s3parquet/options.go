@@ -4,17 +4,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/kandle/kandle/internal/clock"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// Clock tells the time used for flush_age (processors.SystemClock and
-// processors.FixedClock satisfy it).
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
 
 // Option configures New.
 type Option func(*options)
@@ -23,7 +17,7 @@ type options struct {
 	log        *slog.Logger
 	reg        prometheus.Registerer
 	name       string
-	clock      Clock
+	clock      clock.Clock
 	httpClient aws.HTTPClient
 	minBackoff time.Duration
 }
@@ -39,7 +33,7 @@ func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { 
 func WithName(name string) Option { return func(o *options) { o.name = name } }
 
 // WithClock sets the clock flush_age is measured with (default: wall clock).
-func WithClock(c Clock) Option { return func(o *options) { o.clock = c } }
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithHTTPClient sets the HTTP client the S3 client uses.
 func WithHTTPClient(c aws.HTTPClient) Option { return func(o *options) { o.httpClient = c } }

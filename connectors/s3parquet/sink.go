@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kandle/kandle/internal/clock"
+
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/connectors/sinkkit"
 	"github.com/kandle/kandle/decimal"
@@ -25,7 +27,7 @@ type Sink struct {
 	st         store
 	log        *slog.Logger
 	m          *metrics
-	clock      Clock
+	clock      clock.Clock
 	minBackoff time.Duration
 	cache      *writeCache // nil with unconditional writes: nothing fences a write based on it
 	enc        *encoder
@@ -58,7 +60,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 		return nil, fmt.Errorf("s3parquet: invalid config: %s", strings.Join(bad, "; "))
 	}
 	loc, _ := parseURL(cfg.URL) // Validate checked it
-	o := options{log: slog.Default(), name: "s3parquet", clock: systemClock{}, minBackoff: 100 * time.Millisecond}
+	o := options{log: slog.Default(), name: "s3parquet", clock: clock.System{}, minBackoff: 100 * time.Millisecond}
 	for _, opt := range opts {
 		opt(&o)
 	}
