@@ -25,6 +25,7 @@ type Proxy struct {
 	holdUntil  time.Time // all bytes held until then
 	killed     bool
 	changed    chan struct{} // closed and replaced when a deadline changes
+	kafka      bool          // rewrite broker addresses in responses to this proxy's
 
 	wg sync.WaitGroup
 }
@@ -33,17 +34,36 @@ type proxyConn struct {
 	client, upstream net.Conn
 	once             sync.Once
 	done             chan struct{}
+
+	mu       sync.Mutex
+	inflight map[int32]kafkaReq // Kafka mode: correlation ID -> request
 }
+
+type kafkaReq struct{ key, version int16 }
 
 // StartProxy listens on a free loopback port and forwards every connection
 // to upstream. It is closed when the test ends.
 func StartProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
+	return startProxy(t, upstream, false)
+}
+
+// StartKafkaProxy is StartProxy for a single Kafka broker: it also rewrites
+// the broker and coordinator addresses in Metadata, FindCoordinator and
+// DescribeCluster responses to its own, so that a client bootstrapped
+// through the proxy keeps every connection on it.
+func StartKafkaProxy(t testing.TB, broker string) *Proxy {
+	t.Helper()
+	return startProxy(t, broker, true)
+}
+
+func startProxy(t testing.TB, upstream string, kafka bool) *Proxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{t: t, ln: ln, upstream: upstream, conns: map[*proxyConn]struct{}{}, changed: make(chan struct{})}
+	p := &Proxy{t: t, ln: ln, upstream: upstream, conns: map[*proxyConn]struct{}{}, changed: make(chan struct{}), kafka: kafka}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -72,7 +92,7 @@ func (p *Proxy) accept() {
 			reset(c)
 			continue
 		}
-		pc := &proxyConn{client: c, upstream: up, done: make(chan struct{})}
+		pc := &proxyConn{client: c, upstream: up, done: make(chan struct{}), inflight: map[int32]kafkaReq{}}
 		p.mu.Lock()
 		if p.killed {
 			p.mu.Unlock()
@@ -96,6 +116,10 @@ func (p *Proxy) pipe(pc *proxyConn, src, dst net.Conn, response bool) {
 		delete(p.conns, pc)
 		p.mu.Unlock()
 	}()
+	if p.kafka {
+		p.pipeFrames(pc, src, dst, response)
+		return
+	}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
