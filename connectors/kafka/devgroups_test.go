@@ -192,7 +192,7 @@ func TestDevBrokerGroupNeverWedges(t *testing.T) {
 	named := 0
 	start := func(k *killPoint) *wedgeMember {
 		named++
-		m := &wedgeMember{name: fmt.Sprintf("m%d", named), proxy: testkit.StartProxy(t, b.Addrs()[0]), owned: map[int32]bool{}}
+		m := &wedgeMember{name: fmt.Sprintf("m%d", named), proxy: testkit.StartKafkaProxy(t, b.Addrs()[0]), owned: map[int32]bool{}}
 		if k != nil {
 			m.arm(r, *k)
 		}
@@ -496,7 +496,7 @@ func TestDevBrokerExpiresMemberDeadInFirstJoin(t *testing.T) {
 	defer wg.Wait()
 	defer cancel()
 	member := func(name string, k *killPoint) *wedgeMember {
-		m := &wedgeMember{name: name, proxy: testkit.StartProxy(t, b.Addrs()[0]), owned: map[int32]bool{}, armed: k}
+		m := &wedgeMember{name: name, proxy: testkit.StartKafkaProxy(t, b.Addrs()[0]), owned: map[int32]bool{}, armed: k}
 		s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(m.proxy.Addr()), kgo.ClientID(name),
 			kgo.ConsumerGroup(wedgeGroup), kgo.ConsumeTopics("first-join-in"), kgo.TransactionalID(name),
 			kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.SessionTimeout(wedgeSession), kgo.RebalanceTimeout(wedgeRebalance),
