@@ -42,7 +42,9 @@ type proxyConn struct {
 type kafkaReq struct{ key, version int16 }
 
 // StartProxy listens on a free loopback port and forwards every connection
-// to upstream. It is closed when the test ends.
+// to upstream. It is closed when the test ends. A Kafka client needs
+// StartKafkaProxy: through this one only its bootstrap connection passes,
+// and it dials the broker's advertised address for everything else.
 func StartProxy(t testing.TB, upstream string) *Proxy {
 	t.Helper()
 	return startProxy(t, upstream, false)
