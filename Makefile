@@ -71,11 +71,13 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) -parallel 1 $$pkg; \
 	done
 
-## soak: the crash harness and the live-under-faults test for minutes (many more kills and trades than
-## make test), with the shipped defaults; SOAK_COUNT=5 runs them five times in a row
+## soak: the crash harness, the live-under-faults and broker-trouble tests for minutes (many more kills,
+## faults and trades than make test) with the shipped defaults, and 40 rounds of group members killed
+## mid-rebalance on the dev broker; SOAK_COUNT=5 runs them five times in a row
 SOAK_COUNT ?= 1
 soak: deps
-	KANDLE_SOAK=1 $(GO) test -p 1 -count=$(SOAK_COUNT) -run '^(TestCrashHarness|TestLiveEqualsReplayUnderFaults)$$' -timeout 180m -v ./cmd/kandle
+	KANDLE_SOAK=1 $(GO) test -p 1 -count=$(SOAK_COUNT) -run '^(TestCrashHarness|TestLiveEqualsReplayUnderFaults|TestBrokerTroubleThroughProxies)$$' -timeout 180m -v ./cmd/kandle
+	KANDLE_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -run '^TestDevBrokerGroupNeverWedges$$' -timeout 60m -v ./connectors/kafka
 
 # bench/peers is a module of its own (Goka and sarama stay out of kandle's
 # go.mod), which `go vet ./...` does not enter: vet it here so it keeps building.

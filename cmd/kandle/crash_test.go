@@ -87,6 +87,7 @@ type cluster struct {
 	sent    int      // records the generator processes reported
 	gens    []*kproc // generator processes
 	opts    clusterOpts
+	proxies map[string]*testkit.Proxy // instances that reach the broker through a proxy
 }
 
 type clusterOpts struct {
@@ -221,8 +222,12 @@ func (c *cluster) startInstance(name string, fresh bool) *instance {
 		c.seq++
 		in = &instance{name: name, stateDir: filepath.Join(c.dir, fmt.Sprintf("state-%s-%d", name, c.seq))}
 	}
-	in.p = c.spawn(name, "run", "-t", c.topFile, "-instance", name, "-state-dir", in.stateDir,
-		"-transaction-timeout", c.opts.txnTimeout.String(), "-session-timeout", c.opts.sessionTimeout.String())
+	args := []string{"run", "-t", c.topFile, "-instance", name, "-state-dir", in.stateDir,
+		"-transaction-timeout", c.opts.txnTimeout.String(), "-session-timeout", c.opts.sessionTimeout.String()}
+	if p := c.proxies[name]; p != nil {
+		args = append(args, "-brokers", p.Addr())
+	}
+	in.p = c.spawn(name, args...)
 	c.insts[name] = in
 	c.logf("%s: started (state %s)", name, filepath.Base(in.stateDir))
 	return in
@@ -613,10 +618,7 @@ func TestCrashHarness(t *testing.T) {
 		case <-time.After(time.Duration(500+r.IntN(1500)) * time.Millisecond):
 		}
 		// Kill only once every running instance is a member of every stage
-		// group. The dev broker (kfake) starts a member's session timer only
-		// when its JoinGroup reply is delivered, so a process that dies
-		// during its first join stays a member forever once the leader syncs
-		// and keeps its partitions; Kafka expires it. See the report of #3.
+		// group, so that every kill lands on a member that holds partitions.
 		c.waitSettled(30 * time.Second)
 		c.chaos(r, &kills, &added, &stopped)
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -23,9 +24,32 @@ import (
 // and any other Kafka client can use it; topics are created on first use,
 // and transactions and consumer groups work as on a real cluster.
 type DevBroker struct {
-	c    *kfake.Cluster
-	log  *slog.Logger
-	self []kgo.Opt // what the broker's own client needs to reach it (TLS)
+	c      *kfake.Cluster
+	groups *groupCoordinator // nil with SASL users: kfake's own then
+	log    *slog.Logger
+	self   []kgo.Opt   // what the broker's own client needs to reach it (TLS)
+	own    *kgo.Client // the broker's client of itself, for the group coordinator
+	close  sync.Once
+}
+
+// replaceGroupCoordinator serves the classic group protocol with
+// groupCoordinator instead of kfake's (see there why).
+func (b *DevBroker) replaceGroupCoordinator() error {
+	own, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.Addrs()...)}, b.self...)...)
+	if err != nil {
+		return fmt.Errorf("kafka: dev broker self client: %w", err)
+	}
+	b.own = own
+	b.groups = newGroupCoordinator(b.c, b.log, devMinSessionTimeout, devMaxSessionTimeout, func(group string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.Generation = group, -1
+		if _, err := req.RequestWith(ctx, own); err != nil {
+			b.log.Warn("dev broker: register group", "group", group, "err", err)
+		}
+	})
+	return nil
 }
 
 type devBrokerConfig struct {
@@ -36,6 +60,7 @@ type devBrokerConfig struct {
 	log             *slog.Logger
 	tlsCert, tlsKey string
 	saslUsers       []saslUser
+	kfakeGroups     bool // keep kfake's group coordinator (tests show what it does)
 }
 
 type saslUser struct{ name, password string }
@@ -118,6 +143,8 @@ func StartDevBroker(opts ...DevBrokerOption) (*DevBroker, error) {
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(cfg.partitions),
 		kfake.WithLogger(slogBridge{cfg.log}),
+		kfake.GroupMinSessionTimeout(devMinSessionTimeout),
+		kfake.GroupMaxSessionTimeout(devMaxSessionTimeout),
 	}
 	if port != 0 {
 		kopts = append(kopts, kfake.Ports(port))
@@ -141,17 +168,23 @@ func StartDevBroker(opts ...DevBrokerOption) (*DevBroker, error) {
 		return nil, fmt.Errorf("kafka: start dev broker on %s (is the port in use? use port 0 for a free one): %w", cfg.listen, err)
 	}
 	b := &DevBroker{c: c, log: cfg.log, self: self}
+	if len(cfg.saslUsers) == 0 && !cfg.kfakeGroups {
+		if err := b.replaceGroupCoordinator(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	// kfake seeds topics only into a fresh cluster; after a restart from a
 	// data dir, create the seeds that are still missing.
 	if cfg.dataDir != "" && len(cfg.seeds) > 0 {
 		if err := b.createSeeds(cfg.seeds); err != nil {
-			c.Close()
+			b.Close()
 			return nil, err
 		}
 	}
 	if len(cfg.saslUsers) > 0 {
 		if err := b.advertiseSASLHandshakeV0(); err != nil {
-			c.Close()
+			b.Close()
 			return nil, err
 		}
 	}
@@ -292,7 +325,22 @@ func (b *DevBroker) Addrs() []string { return b.c.ListenAddrs() }
 
 // Close stops the broker, persisting its state first when a data dir is
 // set. It is safe to call more than once.
-func (b *DevBroker) Close() { b.c.Close() }
+func (b *DevBroker) Close() {
+	b.close.Do(func() {
+		if b.groups != nil {
+			b.groups.close()
+			b.own.Close()
+		}
+		b.c.Close()
+	})
+}
+
+// The group session timeouts the dev broker accepts: kfake's defaults, as
+// Kafka's group.min.session.timeout.ms and group.max.session.timeout.ms.
+const (
+	devMinSessionTimeout = 6 * time.Second
+	devMaxSessionTimeout = 5 * time.Minute
+)
 
 // slogBridge forwards kfake's warnings and errors to slog.
 type slogBridge struct{ l *slog.Logger }
