@@ -75,6 +75,20 @@
 // of moves: a partition revoked while a transaction aborts is never restored,
 // processed, emitted or committed by this instance again (no ghost owner).
 //
+// If ending the transaction fails and the abort after it fails too (a
+// timeout, a coordinator that already aborted it on its own), the
+// producer's state is unknown: its transaction may be open, aborted or
+// even committed. The stage then drops its clients (supervise, recover.go)
+// and is built again after a backoff; the new producer's InitProducerID
+// under the same transactional id ends whatever the old one left open, and
+// the restore below reads exactly what was committed. The same path takes
+// a fenced producer, a broker error the stage cannot get past and a
+// recovered panic: kandle run exits only for configuration errors or a
+// signal. A panic in a processor is recovered where the processor is
+// called and only aborts the transaction (the partitions are rebuilt from
+// the last commit); a record that panicked its processor twice is
+// dead-lettered with reason internal_error instead of processed again.
+//
 // If the process dies between 3 and 4, Pebble is behind the changelog. On
 // restart — and whenever a partition is assigned — the stage loads Pebble's
 // entries for the partition, then reads the changelog from the offset Pebble

@@ -156,7 +156,11 @@ func (k *kinesisStage) tickLoop(ctx context.Context) {
 		}
 		k.mu.Unlock()
 		for _, sh := range shards {
-			k.tickShard(ctx, sh)
+			if err := k.e.recovered(k.spec.Name, func() error { k.tickShard(ctx, sh); return nil }); err != nil {
+				sh.mu.Lock() // tickShard's deferred unlock ran
+				sh.failed = err // the next Records call gives the shard up
+				sh.mu.Unlock()
+			}
 		}
 	}
 }
@@ -249,7 +253,15 @@ func (k *kinesisStage) Position(s kinesis.Shard, millisBehind int64) {
 }
 
 // Open restores the shard (or hands its parents' keys over) and says where to resume.
-func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
+func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (resume string, err error) {
+	err = k.e.recovered(k.spec.Name, func() error {
+		resume, err = k.open(ctx, s)
+		return err
+	})
+	return resume, err
+}
+
+func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error) {
 	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true, listed: s.Listed}
 	cl, err := kgo.NewClient(k.e.kafkaOpts(k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
@@ -295,8 +307,13 @@ func restoreProcessor(spec *stageSpec, live bool, clock processors.Clock, entrie
 	return proc, nil
 }
 
-// Records processes one batch and commits it with the shard position.
+// Records processes one batch and commits it with the shard position. A
+// panic gives the shard up (the consumer reopens it from its last commit).
 func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.Batch) error {
+	return k.e.recovered(k.spec.Name, func() error { return k.records(ctx, s, b) })
+}
+
+func (k *kinesisStage) records(ctx context.Context, s kinesis.Shard, b kinesis.Batch) error {
 	sh := k.shard(s.ID)
 	if sh == nil {
 		return fmt.Errorf("shard %s is not open", s.ID)
@@ -310,7 +327,14 @@ func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.B
 	last := sh.seq
 	for _, r := range b.Records {
 		n := len(sh.out.Rejected)
-		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Key: []byte(r.PartitionKey), Value: r.Data, Timestamp: arrivalMS(r.Arrival)}, &sh.out)
+		rec := processors.Record{Partition: sh.part, Offset: sh.ordinal, Key: []byte(r.PartitionKey), Value: r.Data, Timestamp: arrivalMS(r.Arrival)}
+		if err := k.e.processGuarded(k.spec, sh.proc, "shard "+s.ID, sh.ordinal, rec, &sh.out); err != nil {
+			// The processor's state is undefined: give the shard up; its
+			// next owner (maybe this instance) restores it from its last
+			// commit and reads the batch again.
+			sh.failed = err
+			return err
+		}
 		for i := n; i < len(sh.out.Rejected); i++ {
 			sh.out.Rejected[i].Detail += " (kinesis shard " + s.ID + " sequence " + r.Seq + ")"
 		}

@@ -82,6 +82,7 @@ type liveStage struct {
 
 type partState struct {
 	proc      processor
+	src       string // "partition <n>", for logs and the panic book
 	nextInput int64
 	consumed  bool // processed input since the last commit
 	touched   bool // produced live updates since the last Active pass
@@ -245,7 +246,15 @@ func (s *liveStage) loop(ctx context.Context) error {
 			return err
 		}
 		if err := s.processFetches(ctx, fetches); err != nil {
-			return err
+			if !errors.Is(err, errProcessorPanic) {
+				return err
+			}
+			// The panicking processor's state is undefined: abort, and
+			// rebuild every partition from its last commit.
+			if err := s.abort(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := s.idleAdvance(ctx); err != nil {
 			return err
@@ -363,7 +372,10 @@ func (s *liveStage) processPart(ctx context.Context, ps *partState, batches [][]
 				control = true // a transaction marker: no data, but the position moves past it
 				continue
 			}
-			s.spec.process(ps.proc, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &ps.out)
+			rec := processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}
+			if err := s.e.processGuarded(s.spec, ps.proc, ps.src, r.Offset, rec, &ps.out); err != nil {
+				return err
+			}
 			n++
 		}
 	}
@@ -623,7 +635,7 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 		}
 		proc.ResetIdle() // built before the changelog read: its idle clock starts now
 	}
-	ps := &partState{proc: proc, nextInput: next, sinceSnap: int64(n)}
+	ps := &partState{proc: proc, src: "partition " + strconv.Itoa(int(p)), nextInput: next, sinceSnap: int64(n)}
 	if !inStore {
 		ps.liveKeys = len(entries)
 	}
@@ -794,58 +806,12 @@ func (s *liveStage) commit(ctx context.Context) error {
 			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: encodeProgress(ps)})
 		}
 	}
-	start := time.Now()
-	endCtx, cancel := s.endContext(ctx)
-	defer cancel()
-	endCtx = s.withSnapMetadata(endCtx)
-	try := kgo.TryCommit
-	if err := s.sess.Client().Flush(endCtx); err != nil {
-		try = kgo.TryAbort
-	}
-	s.prodMu.Lock()
-	prodErr := s.prodErr
-	s.prodMu.Unlock()
-	if prodErr != nil {
-		s.log.Warn("produce failed; aborting transaction", "err", prodErr)
-		try = kgo.TryAbort
-	}
-	if try == kgo.TryCommit && !consumed {
-		if err := s.proveMembership(endCtx); err != nil {
-			s.log.Warn("a transaction without input could not prove group membership; aborting it (a rebalance moved our partitions, or we were paused past the session timeout)", "err", err)
-			try = kgo.TryAbort
-		}
-	}
-	committed, err := s.sess.End(endCtx, try)
-	if err != nil && !isFatalTxnErr(err) {
-		// franz-go keeps the transaction open when EndTxn fails (e.g. a
-		// zombie that was fenced while paused); the documented cure is an
-		// abort retry, which resets the producer. Without it the next
-		// Begin fails with "already in a transaction" and the stage dies.
-		for range 3 {
-			_, aerr := s.sess.End(endCtx, kgo.TryAbort)
-			if aerr == nil || isFatalTxnErr(aerr) {
-				break
-			}
-			s.log.Warn("abort after a failed end of transaction failed; retrying", "err", aerr)
-		}
-	}
-	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
-	s.inTxn = false
+	committed, err := s.end(ctx, kgo.TryCommit, consumed)
 	pending, clMax, snaps := s.pending, s.clMax, s.snaps
 	s.pending, s.clMax, s.prodErr, s.snaps = nil, map[int32]int64{}, nil, map[int32]*pendingSnap{}
 	if err != nil || !committed {
-		s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
-		s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
-		// Drop every partition: handleEvents rebuilds the ones the group
-		// still gives us from Pebble + changelog, which hold the last commit.
-		// A partition revoked meanwhile is not rebuilt (no ghost owner).
-		clear(s.parts)
-		if err != nil && isFatalTxnErr(err) {
-			return fmt.Errorf("stage %s: end transaction: %w", s.spec.Name, err)
-		}
-		return nil
+		return err
 	}
-	s.e.m.transactions.WithLabelValues(s.spec.Name, "committed").Inc()
 	batch := s.e.store.NewBatch()
 	for _, pe := range pending {
 		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)
@@ -868,6 +834,103 @@ func (s *liveStage) commit(ctx context.Context) error {
 		}
 	}
 	return batch.Commit()
+}
+
+// end ends the open transaction with try (the commit's end, or an abort)
+// and reports whether it committed. When it did not, every partition is
+// dropped: handleEvents rebuilds the ones the group still gives us from
+// Pebble + changelog, which hold the last commit (a partition revoked
+// meanwhile is not rebuilt: no ghost owner). An error means the producer
+// is fenced, or its transaction could be neither ended nor aborted: its
+// state is unknown (the next Begin would fail with "already in a
+// transaction"), so the stage must drop its clients and be rebuilt
+// (supervise).
+func (s *liveStage) end(ctx context.Context, try kgo.TransactionEndTry, consumed bool) (bool, error) {
+	start := time.Now()
+	endCtx, cancel := s.endContext(ctx)
+	defer cancel()
+	endCtx = s.withSnapMetadata(endCtx)
+	if try == kgo.TryCommit {
+		if err := s.sess.Client().Flush(endCtx); err != nil {
+			try = kgo.TryAbort
+		}
+	}
+	s.prodMu.Lock()
+	prodErr := s.prodErr
+	s.prodMu.Unlock()
+	if prodErr != nil && try == kgo.TryCommit {
+		s.log.Warn("produce failed; aborting transaction", "err", prodErr)
+		try = kgo.TryAbort
+	}
+	if try == kgo.TryCommit && !consumed {
+		if err := s.proveMembership(endCtx); err != nil {
+			s.log.Warn("a transaction without input could not prove group membership; aborting it (a rebalance moved our partitions, or we were paused past the session timeout)", "err", err)
+			try = kgo.TryAbort
+		}
+	}
+	committed, err := s.endTxn(endCtx, try)
+	if err != nil && !isFatalTxnErr(err) && !isFencedProducer(err) {
+		// franz-go keeps the transaction open when EndTxn fails (e.g. a
+		// zombie that was fenced while paused); the documented cure is an
+		// abort retry, which resets the producer. Without it the next
+		// Begin fails with "already in a transaction".
+		aborted := false
+		for range 3 {
+			_, aerr := s.endTxn(endCtx, kgo.TryAbort)
+			if aerr == nil {
+				aborted = true
+				break
+			}
+			if isFatalTxnErr(aerr) || isFencedProducer(aerr) {
+				err = aerr
+				break
+			}
+			s.log.Warn("abort after a failed end of transaction failed; retrying", "err", aerr)
+		}
+		if aborted {
+			err = nil // the transaction is aborted: rebuild the partitions, keep the client
+		} else if !isFatalTxnErr(err) && !isFencedProducer(err) {
+			err = fmt.Errorf("%w: %w", errTxnUnknown, err)
+		}
+	}
+	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
+	s.inTxn = false
+	if err == nil && committed {
+		s.e.m.transactions.WithLabelValues(s.spec.Name, "committed").Inc()
+		return true, nil
+	}
+	s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
+	s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
+	clear(s.parts)
+	if err != nil {
+		return false, fmt.Errorf("stage %s: end transaction: %w", s.spec.Name, err)
+	}
+	return false, nil
+}
+
+// errTxnUnknown: a transaction could be neither committed nor aborted, so
+// the producer's state is unknown; only a new client can go on.
+var errTxnUnknown = errors.New("the transaction could not be ended nor aborted")
+
+// endTxn ends the session's transaction (a hook for fault-injection tests
+// when e.endTxnHook is set).
+func (s *liveStage) endTxn(ctx context.Context, try kgo.TransactionEndTry) (bool, error) {
+	if h := s.e.endTxnHook; h != nil {
+		return h(ctx, s.sess, try)
+	}
+	return s.sess.End(ctx, try)
+}
+
+// abort aborts the open transaction (if any) and drops every partition, to
+// be rebuilt from the last commit.
+func (s *liveStage) abort(ctx context.Context) error {
+	if !s.inTxn {
+		clear(s.parts)
+		return nil
+	}
+	_, err := s.end(ctx, kgo.TryAbort, false)
+	s.pending, s.clMax, s.prodErr, s.snaps = nil, map[int32]int64{}, nil, map[int32]*pendingSnap{}
+	return err
 }
 
 func cloneOrNil(v []byte) []byte {
