@@ -157,7 +157,7 @@ func (k *kinesisStage) tickLoop(ctx context.Context) {
 		k.mu.Unlock()
 		for _, sh := range shards {
 			if err := k.e.recovered(k.spec.Name, func() error { k.tickShard(ctx, sh); return nil }); err != nil {
-				sh.mu.Lock() // tickShard's deferred unlock ran
+				sh.mu.Lock()    // tickShard's deferred unlock ran
 				sh.failed = err // the next Records call gives the shard up
 				sh.mu.Unlock()
 			}
