@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,15 +20,6 @@ import (
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
-)
-
-// Changelog record keys: processor entries are prefixed with 'p'; the entry
-// holding the next input offset is "o"; restore barriers are "b"; snapshot
-// markers are "s" (snapshot.go).
-var (
-	keyOffset  = []byte("o")
-	keyBarrier = []byte("b")
-	keyPrefix  = []byte("p")
 )
 
 // liveStage runs one processor stage as a member of its consumer group,
@@ -76,8 +66,7 @@ type liveStage struct {
 	promise func(*kgo.Record, error) // s.produced, made once (a closure per record was an allocation each)
 	work    []partWork               // processFetches' partitions, kept between polls
 
-	candlesOnce sync.Once
-	candles     prometheus.Counter // candles produced: see candlesN
+	em *emitter
 }
 
 type partState struct {
@@ -121,6 +110,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
 	s.promise = s.produced
+	s.em = &emitter{e: e, spec: spec, input: spec.InputTopic, log: s.log}
 	if !spec.Rollup && spec.Proc != nil {
 		s.idleTimeout = spec.Proc.IdleTimeout
 	}
@@ -529,105 +519,39 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	// A StoreUser reads its state from Pebble once the changelog tail is
 	// in; everything else is restored into memory from entries.
 	su, inStore := proc.(processors.StoreUser)
-	entries := map[string][]byte{}
-	load := func(k, v []byte) error {
-		entries[string(k)] = append([]byte(nil), v...)
-		return nil
-	}
-	if inStore {
-		load = nil
-	}
-	meta, ok, err := s.e.store.Load(name, p, load)
+	st, err := s.e.restoreUnit(ctx, unitRef{ns: name, part: p, clPart: p}, unitIO{
+		changelog: s.changelog, log: s.log,
+		barrier: func(ctx context.Context) (int64, error) {
+			res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
+			if err := res.FirstErr(); err != nil {
+				return 0, err
+			}
+			return res[0].Record.Offset, nil
+		},
+		start: func(ctx context.Context) (int64, error) {
+			starts, err := s.admin.ListStartOffsets(ctx, s.changelog)
+			if err != nil {
+				return 0, err
+			}
+			if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil {
+				return so.Offset, nil
+			}
+			return 0, nil
+		},
+		read: func(ctx context.Context, from, barrier int64, fn func(*kgo.Record) error) error {
+			return s.readChangelog(ctx, p, from, barrier, fn)
+		},
+		// Every commit of ours carries the snapshot position on with the
+		// group's offset.
+		snapshot: func(ctx context.Context) (snapRef, bool) { return s.committedSnapshot(ctx, p) },
+	}, !inStore)
 	if err != nil {
 		return nil, 0, err
 	}
-	from, next := int64(0), int64(0)
-	if ok {
-		from, next = meta.ChangelogOffset, meta.InputOffset
-	}
-	// The snapshot committed with the group's offset: every commit of ours
-	// carries it on, and an empty disk reads the changelog from it.
-	snap, hasSnap := s.committedSnapshot(ctx, p)
-	// The barrier marks the end of what is decided now: everything before it
-	// is committed or aborted once we can read it.
-	res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
-	if err := res.FirstErr(); err != nil {
-		return nil, 0, fmt.Errorf("write restore barrier: %w", err)
-	}
-	barrier := res[0].Record.Offset
-	batch := s.e.store.NewBatch()
-	starts, err := s.admin.ListStartOffsets(ctx, s.changelog)
-	if err != nil {
-		return nil, 0, fmt.Errorf("list changelog start offsets: %w", err)
-	}
-	start := int64(0)
-	if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil {
-		start = so.Offset
-	}
-	if ok && (start > from || barrier < from) {
-		// Compaction or retention removed what we would need, or the changelog
-		// was recreated (it is shorter than Pebble remembers): rebuild without it.
-		ok = false
-	}
-	if hasSnap && (snap.offset < start || snap.offset >= barrier) {
-		hasSnap = false // not on this changelog (recreated, or past its retention)
-	}
-	var check func(*kgo.Record) error
-	if !ok {
-		// No local state to build on: from the last committed snapshot
-		// when there is one, else from the changelog's start.
-		clear(entries)
-		batch.Drop(name, p)
-		from, next = start, 0
-		if hasSnap {
-			from, check = snap.offset, checkMarker(snap)
-		}
-	}
-	n := 0
-	apply := func(r *kgo.Record) error {
-		if check != nil {
-			if err := check(r); err != nil {
-				return err
-			}
-		}
-		n++
-		switch {
-		case len(r.Key) > 1 && r.Key[0] == 'p':
-			switch {
-			case inStore:
-			case r.Value == nil:
-				delete(entries, string(r.Key[1:]))
-			default:
-				entries[string(r.Key[1:])] = r.Value
-			}
-			batch.Set(name, p, r.Key[1:], r.Value)
-		case string(r.Key) == string(keyOffset):
-			if pr, ok := DecodeProgress(r.Value); ok {
-				next = pr.NextInput
-			}
-		}
-		return nil
-	}
-	err = s.readChangelog(ctx, p, from, barrier, apply)
-	if errors.Is(err, errNotSnapshot) {
-		s.log.Warn("the committed snapshot is not where its offset commit says (changelog recreated or compacted); reading the changelog from its start",
-			"partition", p, "snapshot_offset", snap.offset)
-		hasSnap, check, n, next = false, nil, 0, 0
-		clear(entries)
-		batch.Drop(name, p)
-		err = s.readChangelog(ctx, p, start, barrier, apply)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	for k, v := range entries {
+	for k, v := range st.entries {
 		if err := proc.Restore([]byte(k), v); err != nil {
 			return nil, 0, fmt.Errorf("restore entry %q: %w", k, err)
 		}
-	}
-	batch.SetMeta(name, p, state.Meta{ChangelogOffset: barrier + 1, InputOffset: next})
-	if err := batch.Commit(); err != nil {
-		return nil, 0, err
 	}
 	if inStore {
 		if err := su.UseStore(partStore{s.e.store, name, p}); err != nil {
@@ -635,14 +559,9 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 		}
 		proc.ResetIdle() // built before the changelog read: its idle clock starts now
 	}
-	ps := &partState{proc: proc, src: "partition " + strconv.Itoa(int(p)), nextInput: next, sinceSnap: int64(n)}
-	if !inStore {
-		ps.liveKeys = len(entries)
-	}
-	if hasSnap {
-		ps.snap = snap
-	}
-	return ps, n, nil
+	ps := &partState{proc: proc, src: "partition " + strconv.Itoa(int(p)), nextInput: st.progress.next, sinceSnap: int64(st.records),
+		liveKeys: len(st.entries), snap: st.snap}
+	return ps, st.records, nil
 }
 
 // readChangelog reads changelog partition p from offset from up to the
@@ -673,29 +592,9 @@ func (s *liveStage) emit(ctx context.Context) error {
 // in the open transaction, the records and candle bytes from slab. Safe to
 // run for several partitions at once, each with its own out and slab.
 func (s *liveStage) emitOut(ctx context.Context, out *processors.Output, slab *outSlab) {
-	emitEvents(ctx, s.e.m, s.spec, out, s.produce)
-	for i := range out.Candles {
-		s.produce(ctx, slab.candle(s.spec.OutputTopic, &out.Candles[i]))
+	if len(out.Candles)+len(out.Events)+len(out.Rejected)+len(out.Quiet) > 0 {
+		s.em.emit(ctx, out, slab, s.produce)
 	}
-	s.spec.quietRecords(out, func(r *kgo.Record) { s.produce(ctx, r) })
-	if n := len(out.Candles); n > 0 {
-		s.candlesN().Add(float64(n))
-	}
-	for i := range out.Rejected {
-		r := &out.Rejected[i]
-		s.produce(ctx, deadLetter(s.e.g.deadLetterTopic(), s.spec.Name, s.spec.InputTopic, r))
-		s.e.m.rejected.WithLabelValues(s.spec.Name, string(r.Reason)).Inc()
-		s.log.Debug("record rejected", "reason", r.Reason, "detail", r.Detail, "key", r.Key, "partition", r.Partition, "offset", r.Offset)
-	}
-}
-
-// candlesN is the counter of the candles the stage produced, resolved on
-// first use: a stage that writes no candles has no series.
-func (s *liveStage) candlesN() prometheus.Counter {
-	s.candlesOnce.Do(func() {
-		s.candles = s.e.m.candles.WithLabelValues(s.spec.Name, s.spec.Timeframe.String())
-	})
-	return s.candles
 }
 
 func (s *liveStage) begin() error {
@@ -803,7 +702,7 @@ func (s *liveStage) commit(ctx context.Context) error {
 			s.produce(ctx, r)
 		}
 		if ps.consumed || snap {
-			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: encodeProgress(ps)})
+			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: progressOf(ps.proc, ps.nextInput, "").encode()})
 		}
 	}
 	committed, err := s.end(ctx, kgo.TryCommit, consumed)
@@ -1004,24 +903,8 @@ type PartitionProgress struct {
 	HasWatermark bool
 }
 
-func encodeProgress(ps *partState) []byte {
-	v := binary.BigEndian.AppendUint64(nil, uint64(ps.nextInput))
-	w, ok := watermarkOf(ps.proc)
-	v = binary.BigEndian.AppendUint64(v, uint64(w))
-	if ok {
-		return append(v, 1)
-	}
-	return append(v, 0)
-}
-
 // DecodeProgress reads the value of a changelog progress record ("o").
 func DecodeProgress(v []byte) (PartitionProgress, bool) {
-	if len(v) < 8 {
-		return PartitionProgress{}, false
-	}
-	p := PartitionProgress{NextInput: int64(binary.BigEndian.Uint64(v))}
-	if len(v) >= 17 {
-		p.Watermark, p.HasWatermark = int64(binary.BigEndian.Uint64(v[8:])), v[16] == 1
-	}
-	return p, true
+	p, ok := decodeUnitProgress(v)
+	return PartitionProgress{NextInput: p.next, Watermark: p.wm, HasWatermark: p.hasWM}, ok
 }
