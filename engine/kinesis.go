@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"crypto/md5"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -53,6 +52,7 @@ type kinesisStage struct {
 	ranges    *shardRanges
 
 	accepted, rejectedRecords prometheus.Counter
+	em                        *emitter
 
 	mu     sync.Mutex
 	shards map[string]*shardState
@@ -69,6 +69,7 @@ type shardState struct {
 	ordinal int64  // records processed in this shard (the "offset" of dead letters)
 	handoff map[string][]byte
 	out     processors.Output
+	slab    outSlab // the records and bytes of what the shard produces
 	// behind: the last read of the shard did not reach its tip
 	// (MillisBehindLatest > 0), or there was no read yet since Open. A
 	// shard that is behind never advances by the wall clock.
@@ -85,10 +86,12 @@ type shardState struct {
 }
 
 func newKinesisStage(e *Engine, spec *stageSpec, src *topology.Source) (*kinesisStage, error) {
-	return &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
+	k := &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
 		changelog: e.g.changelogTopic(spec.Name), clParts: max(src.Partitions, 1), shards: map[string]*shardState{},
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
-		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}, nil
+		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
+	k.em = &emitter{e: e, spec: spec, input: src.Kinesis.Stream, log: k.log}
+	return k, nil
 }
 
 func (k *kinesisStage) run(ctx context.Context) error {
@@ -231,7 +234,7 @@ func (k *kinesisStage) rebuild(ctx context.Context, sh *shardState) error {
 	}
 	sh.proc = proc
 	if found {
-		sh.seq, sh.ordinal = pr.seq, pr.ordinal
+		sh.seq, sh.ordinal = pr.seq, pr.next
 	}
 	return nil
 }
@@ -286,7 +289,7 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 		cl.Close()
 		return "", err
 	}
-	sh.seq, sh.ordinal = pr.seq, pr.ordinal
+	sh.seq, sh.ordinal = pr.seq, pr.next
 	k.mu.Lock()
 	k.shards[s.ID] = sh
 	k.mu.Unlock()
@@ -404,7 +407,7 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 		perr   error
 		maxOff int64 = -1
 	)
-	part := k.clPartition(sh.id)
+	u := k.unit(sh.id)
 	promise := func(r *kgo.Record, err error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -415,35 +418,20 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 			maxOff = r.Offset
 		}
 	}
-	emitEvents(ctx, k.e.m, k.spec, &sh.out, func(ctx context.Context, r *kgo.Record) { cl.Produce(ctx, r, promise) })
-	for i := range sh.out.Candles {
-		c := &sh.out.Candles[i]
-		cl.Produce(ctx, &kgo.Record{Topic: k.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)}, promise)
-	}
-	k.spec.quietRecords(&sh.out, func(r *kgo.Record) { cl.Produce(ctx, r, promise) })
-	if n := len(sh.out.Candles); n > 0 {
-		k.e.m.candles.WithLabelValues(k.spec.Name, k.spec.Timeframe.String()).Add(float64(n))
-	}
-	for i := range sh.out.Rejected {
-		r := &sh.out.Rejected[i]
-		cl.Produce(ctx, deadLetter(k.e.g.deadLetterTopic(), k.spec.Name, k.src.Kinesis.Stream, r), promise)
-		k.e.m.rejected.WithLabelValues(k.spec.Name, string(r.Reason)).Inc()
-	}
-	prefix := shardPrefix(sh.id)
+	produce := func(ctx context.Context, r *kgo.Record) { cl.Produce(ctx, r, promise) }
+	k.em.emit(ctx, &sh.out, &sh.slab, produce)
 	type kv struct{ k, v []byte }
 	var changed []kv
 	add := func(key, val []byte) {
 		changed = append(changed, kv{append([]byte(nil), key...), cloneOrNil(val)})
-		cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: append(append([]byte(nil), prefix...), append([]byte{'p'}, key...)...), Value: cloneOrNil(val)}, promise)
+		produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, key), Value: cloneOrNil(val)})
 	}
 	for key, v := range sh.handoff { // persist handed-over keys with the first commit
 		add([]byte(key), v)
 	}
 	sh.proc.Changes(add)
-	pr := shardProgress{seq: seq, ordinal: sh.ordinal}
-	pr.wm, pr.hasWM = watermarkOf(sh.proc)
-	progress := pr.encode()
-	cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: append(append([]byte(nil), prefix...), 'o'), Value: progress}, promise)
+	progress := progressOf(sh.proc, sh.ordinal, seq).encode()
+	produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.progress(), Value: progress})
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.e.txnTimeout)
 	defer cancel()
 	try := kgo.TryCommit
@@ -465,103 +453,66 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 	k.e.m.transactions.WithLabelValues(k.spec.Name, "committed").Inc()
 	sh.handoff, sh.seq = nil, seq
 	batch := k.e.store.NewBatch()
-	ns := k.spec.Name + "/" + sh.id
 	for _, c := range changed {
-		batch.Set(ns, 0, c.k, c.v)
+		batch.Set(u.ns, u.part, c.k, c.v)
 	}
-	batch.Set(ns, 0, []byte(progressKey), progress)
-	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: maxOff + 1})
+	batch.Set(u.ns, u.part, []byte(pebbleProgressKey), progress)
+	batch.SetMeta(u.ns, u.part, state.Meta{ChangelogOffset: maxOff + 1, InputOffset: sh.ordinal})
 	return batch.Commit()
 }
 
-// loadShard returns a shard's committed entries and position: Pebble plus
-// the changelog tail up to a barrier this owner commits first (which also
-// fences any previous owner's producer).
-func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string) (map[string][]byte, shardProgress, bool, error) {
-	var pr shardProgress
-	ns := k.spec.Name + "/" + id
-	entries := map[string][]byte{}
-	meta, found, err := k.e.store.Load(ns, 0, func(key, v []byte) error {
-		entries[string(key)] = append([]byte(nil), v...)
-		return nil
-	})
-	if err != nil {
-		return nil, pr, false, err
-	}
-	if v, ok := entries[progressKey]; ok {
-		pr, _ = decodeShardProgress(v)
-		delete(entries, progressKey)
-	}
-	part := k.clPartition(id)
-	if err := cl.BeginTransaction(); err != nil {
-		return nil, pr, false, err
-	}
-	res := cl.ProduceSync(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: keyBarrier, Value: []byte(k.e.instance)})
-	if err := res.FirstErr(); err != nil {
-		_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
-		return nil, pr, false, fmt.Errorf("write restore barrier: %w", err)
-	}
-	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return nil, pr, false, fmt.Errorf("commit restore barrier: %w", err)
-	}
-	barrier := res[0].Record.Offset
-	from := int64(0)
-	if found {
-		from = meta.ChangelogOffset
-	}
-	batch := k.e.store.NewBatch()
-	rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {part: kgo.NewOffset().At(from)}}))...)
-	if err != nil {
-		return nil, pr, false, err
-	}
-	defer rc.Close()
-	if starts, err := kadm.NewClient(rc).ListStartOffsets(ctx, k.changelog); err == nil {
-		if so, ok := starts.Lookup(k.changelog, part); ok && so.Err == nil && (so.Offset > from || barrier < from) {
-			clear(entries)
-			batch.Drop(ns, 0)
-			pr, from, found = shardProgress{}, so.Offset, false
-			rc.SetOffsets(map[string]map[int32]kgo.EpochOffset{k.changelog: {part: {Epoch: -1, Offset: from}}})
-		}
-	}
-	prefix := shardPrefix(id)
-	if from <= barrier {
-		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) error {
-			if !strings.HasPrefix(string(r.Key), string(prefix)) {
-				return nil
+// loadShard returns a shard's committed entries and position (restoreUnit),
+// up to a barrier this owner commits first in a transaction of the shard's
+// own producer (which also fences any previous owner's producer).
+func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string) (map[string][]byte, unitProgress, bool, error) {
+	u := k.unit(id)
+	st, err := k.e.restoreUnit(ctx, u, unitIO{
+		changelog: k.changelog, log: k.log.With("shard", id),
+		barrier: func(ctx context.Context) (int64, error) {
+			if err := cl.BeginTransaction(); err != nil {
+				return 0, err
 			}
-			found = true
-			rest := r.Key[len(prefix):]
-			switch {
-			case len(rest) > 1 && rest[0] == 'p':
-				if r.Value == nil {
-					delete(entries, string(rest[1:]))
-				} else {
-					entries[string(rest[1:])] = r.Value
-				}
-				batch.Set(ns, 0, rest[1:], r.Value)
-			case string(rest) == "o":
-				if p, ok := decodeShardProgress(r.Value); ok {
-					pr = p
-					batch.Set(ns, 0, []byte(progressKey), r.Value)
-				}
+			res := cl.ProduceSync(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: keyBarrier, Value: []byte(k.e.instance)})
+			if err := res.FirstErr(); err != nil {
+				_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+				return 0, err
 			}
-			return nil
-		})
-		if err != nil {
-			return nil, pr, false, err
-		}
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return 0, fmt.Errorf("commit restore barrier: %w", err)
+			}
+			return res[0].Record.Offset, nil
+		},
+		start: func(ctx context.Context) (int64, error) {
+			starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, k.changelog)
+			if err != nil {
+				return 0, err
+			}
+			if so, ok := starts.Lookup(k.changelog, u.clPart); ok && so.Err == nil {
+				return so.Offset, nil
+			}
+			return 0, nil
+		},
+		read: func(ctx context.Context, from, barrier int64, fn func(*kgo.Record) error) error {
+			rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {u.clPart: kgo.NewOffset().At(from)}}))...)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			return readChangelogTo(ctx, rc, k.log, k.changelog, u.clPart, barrier, fn)
+		},
+	}, true)
+	if err != nil {
+		return nil, st.progress, false, err
 	}
-	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: barrier + 1})
-	if err := batch.Commit(); err != nil {
-		return nil, pr, false, err
-	}
-	return entries, pr, found, nil
+	return st.entries, st.progress, st.found, nil
 }
 
-// progressKey stores the shard position among a shard's Pebble entries
-// (processor entry keys never start with '~').
-const progressKey = "~progress"
+// unit names where shard id's state lives: its Pebble range, and its keys
+// on the changelog partition the shard id hashes to.
+func (k *kinesisStage) unit(id string) unitRef {
+	return unitRef{ns: k.spec.Name + "/" + id, clPart: k.clPartition(id), keys: unitKeys{prefix: shardPrefix(id)}, seqInPebble: true}
+}
 
 // handoff builds a child shard's first state from its parents' final state.
 func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Shard) (map[string][]byte, error) {
@@ -628,32 +579,6 @@ func shardNumber(id string) int32 {
 		return int32(h.Sum32() & 0x7fffffff)
 	}
 	return int32(n)
-}
-
-type shardProgress struct {
-	seq     string
-	ordinal int64
-	wm      int64
-	hasWM   bool
-}
-
-func (p shardProgress) encode() []byte {
-	v := binary.BigEndian.AppendUint64(nil, uint64(p.ordinal))
-	v = binary.BigEndian.AppendUint64(v, uint64(p.wm))
-	if p.hasWM {
-		v = append(v, 1)
-	} else {
-		v = append(v, 0)
-	}
-	return append(v, p.seq...)
-}
-
-func decodeShardProgress(v []byte) (shardProgress, bool) {
-	if len(v) < 17 {
-		return shardProgress{}, false
-	}
-	return shardProgress{ordinal: int64(binary.BigEndian.Uint64(v)), wm: int64(binary.BigEndian.Uint64(v[8:])),
-		hasWM: v[16] == 1, seq: string(v[17:])}, true
 }
 
 // shardRanges caches the hash key ranges of a stream's shards.
