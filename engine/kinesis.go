@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -54,8 +55,11 @@ type kinesisStage struct {
 	accepted, rejectedRecords prometheus.Counter
 	em                        *emitter
 
-	mu     sync.Mutex
-	shards map[string]*shardState
+	mu        sync.Mutex
+	shards    map[string]*shardState
+	snapHints map[string]string // shard → its lease's checkpoint metadata when taken: its last snapshot
+	snapSeq   atomic.Int64      // snapshots made (tokens)
+	started   time.Time         // when the stage was made: part of its snapshot tokens
 }
 
 type shardState struct {
@@ -70,6 +74,14 @@ type shardState struct {
 	handoff map[string][]byte
 	out     processors.Output
 	slab    outSlab // the records and bytes of what the shard produces
+	// The last committed snapshot of the shard, the changelog records
+	// written since it (or the restore), the live entries when last
+	// counted, and whether a transaction committed since the restore
+	// (snapshot.go).
+	snap      snapRef
+	sinceSnap int64
+	liveKeys  int
+	settled   bool
 	// behind: the last read of the shard did not reach its tip
 	// (MillisBehindLatest > 0), or there was no read yet since Open. A
 	// shard that is behind never advances by the wall clock.
@@ -88,6 +100,7 @@ type shardState struct {
 func newKinesisStage(e *Engine, spec *stageSpec, src *topology.Source) (*kinesisStage, error) {
 	k := &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
 		changelog: e.g.changelogTopic(spec.Name), clParts: max(src.Partitions, 1), shards: map[string]*shardState{},
+		snapHints: map[string]string{}, started: time.Now(),
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
 	k.em = &emitter{e: e, spec: spec, input: src.Kinesis.Stream, log: k.log}
@@ -221,10 +234,12 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 
 // rebuild replaces a shard's processor with its last committed state.
 func (k *kinesisStage) rebuild(ctx context.Context, sh *shardState) error {
-	entries, pr, found, err := k.loadShard(ctx, sh.cl, sh.id)
+	st, err := k.loadUnit(ctx, sh.cl, sh.id)
 	if err != nil {
 		return err
 	}
+	entries, pr, found := st.entries, st.progress, st.found
+	sh.snap, sh.sinceSnap, sh.liveKeys, sh.settled = st.snap, int64(st.mine), len(entries), false
 	if !found && sh.handoff != nil {
 		entries = sh.handoff // the handed-over state was not committed yet
 	}
@@ -273,11 +288,21 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 		return "", err
 	}
 	sh.cl = cl
-	entries, pr, found, err := k.loadShard(ctx, cl, s.ID)
+	if s.Lease != nil {
+		k.mu.Lock()
+		k.snapHints[s.ID] = s.Lease.LastMeta()
+		k.mu.Unlock()
+	}
+	start := time.Now()
+	st, err := k.loadUnit(ctx, cl, s.ID)
 	if err != nil {
 		cl.Close()
 		return "", fmt.Errorf("restore shard %s: %w", s.ID, err)
 	}
+	k.e.m.restoreSecs.WithLabelValues(k.spec.Name).Observe(time.Since(start).Seconds())
+	k.e.m.restored.WithLabelValues(k.spec.Name).Add(float64(st.records))
+	entries, pr, found := st.entries, st.progress, st.found
+	sh.snap, sh.sinceSnap, sh.liveKeys = st.snap, int64(st.mine), len(entries)
 	if !found && len(s.Parents) > 0 {
 		if entries, err = k.handoff(ctx, cl, s); err != nil {
 			cl.Close()
@@ -293,7 +318,8 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 	k.mu.Lock()
 	k.shards[s.ID] = sh
 	k.mu.Unlock()
-	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff))
+	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff),
+		"changelog_records", st.records, "from_snapshot", st.snap.valid(), "took", time.Since(start))
 	return sh.seq, nil
 }
 
@@ -354,7 +380,15 @@ func (k *kinesisStage) records(ctx context.Context, s kinesis.Shard, b kinesis.B
 		k.e.m.watermark.WithLabelValues(k.spec.Name, s.ID).Set(float64(w))
 	}
 	if s.Lease != nil {
-		if err := s.Lease.Checkpoint(ctx, last); err != nil {
+		// After the commit, never in it: see "Kinesis shards" in the
+		// package doc. The snapshot position rides on every checkpoint.
+		var err error
+		if sh.snap.valid() {
+			err = s.Lease.CheckpointMeta(ctx, last, sh.snap.metadata())
+		} else {
+			err = s.Lease.Checkpoint(ctx, last)
+		}
+		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", s.ID, err)
 		}
 	}
@@ -424,12 +458,46 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 	var changed []kv
 	add := func(key, val []byte) {
 		changed = append(changed, kv{append([]byte(nil), key...), cloneOrNil(val)})
-		produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, key), Value: cloneOrNil(val)})
 	}
 	for key, v := range sh.handoff { // persist handed-over keys with the first commit
 		add([]byte(key), v)
 	}
 	sh.proc.Changes(add)
+	// A snapshot (never in the first commit after a restore, which carries
+	// a takeover's first output) goes first: marker, every committed entry
+	// the transaction does not change, then the changes.
+	var snap *pendingSnap
+	if sh.settled && snapshotDueN(sh.sinceSnap, sh.liveKeys, len(changed)) {
+		snap = &pendingSnap{ref: snapRef{offset: -1, token: fmt.Sprintf("%s.%s.%d.%d", k.e.instance, sh.id, k.started.UnixNano(), k.snapSeq.Add(1))}}
+		cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.marker(), Value: []byte(snap.ref.token)}, func(r *kgo.Record, err error) {
+			promise(r, err)
+			if err == nil {
+				mu.Lock()
+				snap.ref.offset, snap.placed = r.Offset, true
+				mu.Unlock()
+			}
+		})
+		skip := make(map[string]bool, len(changed))
+		for _, c := range changed {
+			skip[string(c.k)] = true
+			if c.v != nil {
+				snap.keys++
+			}
+		}
+		snap.records = 1
+		err := k.e.scanUnit(u, skip, func(key, v []byte) {
+			produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, key), Value: append([]byte(nil), v...)})
+			snap.keys++
+			snap.records++
+		})
+		if err != nil {
+			_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+			return fmt.Errorf("shard %s: snapshot: read state: %w", sh.id, err)
+		}
+	}
+	for _, c := range changed {
+		produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, c.k), Value: c.v})
+	}
 	progress := progressOf(sh.proc, sh.ordinal, seq).encode()
 	produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.progress(), Value: progress})
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.e.txnTimeout)
@@ -451,7 +519,15 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 		return fmt.Errorf("shard %s: transaction aborted (%v, produce: %v); the shard is restored from its last commit", sh.id, err, perr)
 	}
 	k.e.m.transactions.WithLabelValues(k.spec.Name, "committed").Inc()
-	sh.handoff, sh.seq = nil, seq
+	sh.handoff, sh.seq, sh.settled = nil, seq, true
+	sh.sinceSnap += int64(len(changed))
+	if snap != nil && snap.placed {
+		// Committed: the next lease checkpoint records where it starts.
+		k.e.m.snapshots.WithLabelValues(k.spec.Name).Inc()
+		k.e.m.snapshotRecords.WithLabelValues(k.spec.Name).Add(float64(snap.records))
+		sh.snap, sh.sinceSnap, sh.liveKeys = snap.ref, int64(len(changed)), snap.keys
+		k.log.Debug("snapshot committed", "shard", sh.id, "keys", snap.keys, "records", snap.records, "offset", snap.ref.offset)
+	}
 	batch := k.e.store.NewBatch()
 	for _, c := range changed {
 		batch.Set(u.ns, u.part, c.k, c.v)
@@ -465,8 +541,19 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 // up to a barrier this owner commits first in a transaction of the shard's
 // own producer (which also fences any previous owner's producer).
 func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string) (map[string][]byte, unitProgress, bool, error) {
+	st, err := k.loadUnit(ctx, cl, id)
+	if err != nil {
+		return nil, st.progress, false, err
+	}
+	return st.entries, st.progress, st.found, nil
+}
+
+// loadUnit is loadShard with the whole unitState. An empty disk reads the
+// changelog from the snapshot the shard's lease checkpoint names (see
+// snapshotHint), when there is one.
+func (k *kinesisStage) loadUnit(ctx context.Context, cl *kgo.Client, id string) (unitState, error) {
 	u := k.unit(id)
-	st, err := k.e.restoreUnit(ctx, u, unitIO{
+	return k.e.restoreUnit(ctx, u, unitIO{
 		changelog: k.changelog, log: k.log.With("shard", id),
 		barrier: func(ctx context.Context) (int64, error) {
 			if err := cl.BeginTransaction(); err != nil {
@@ -501,11 +588,12 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 			defer rc.Close()
 			return readChangelogTo(ctx, rc, k.log, k.changelog, u.clPart, barrier, fn)
 		},
+		snapshot: func(context.Context) (snapRef, bool) {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			return parseSnapMeta(k.snapHints[id])
+		},
 	}, true)
-	if err != nil {
-		return nil, st.progress, false, err
-	}
-	return st.entries, st.progress, st.found, nil
 }
 
 // unit names where shard id's state lives: its Pebble range, and its keys

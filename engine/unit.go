@@ -50,6 +50,11 @@ func (u unitKeys) entry(slab *outSlab, k []byte) []byte {
 	return append(append(append(make([]byte, 0, len(u.prefix)+1+len(k)), u.prefix...), 'p'), k...)
 }
 
+// marker returns the changelog key of the unit's snapshot markers.
+func (u unitKeys) marker() []byte {
+	return append(append([]byte(nil), u.prefix...), keySnapshot...)
+}
+
 // progress returns the changelog key of the unit's progress record.
 func (u unitKeys) progress() []byte {
 	return append(append([]byte(nil), u.prefix...), keyOffset...)
@@ -154,6 +159,7 @@ type unitState struct {
 	progress unitProgress
 	found    bool    // anything was committed for the unit
 	records  int     // changelog records read
+	mine     int     // changelog records of the unit read
 	snap     snapRef // the snapshot restore read from (valid() false: none)
 }
 
@@ -217,7 +223,7 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 	reset := func() {
 		clear(entries)
 		batch.Drop(u.ns, u.part)
-		st.progress, st.records = unitProgress{}, 0
+		st.progress, st.records, st.mine = unitProgress{}, 0, 0
 	}
 	if !ok {
 		// No local state to build on: from the last committed snapshot
@@ -225,7 +231,7 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 		reset()
 		from = start
 		if hasSnap {
-			from, check = snap.offset, checkMarker(snap)
+			from, check = snap.offset, checkMarker(snap, u.keys.marker())
 		}
 	}
 	st.found = ok
@@ -241,6 +247,7 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 			return nil
 		}
 		st.found = true
+		st.mine++
 		switch kind {
 		case 'p':
 			switch {
