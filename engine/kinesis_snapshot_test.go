@@ -13,7 +13,6 @@ import (
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
@@ -84,7 +83,7 @@ func TestKinesisEmptyDiskRestoreReadsFromTheSnapshot(t *testing.T) {
 	f := &fixture{t: t, top: top}
 	regA := prometheus.NewRegistry()
 	a := f.start(t.TempDir(), "a", engine.WithRegisterer(regA))
-	for deadline := time.Now().Add(90 * time.Second); testutil.ToFloat64(mustCounter(t, regA, "kandle_changelog_snapshots_total", "")) < 1; {
+	for deadline := time.Now().Add(90 * time.Second); counter(t, regA, "kandle_changelog_snapshots_total", "") < 1; {
 		if time.Now().After(deadline) {
 			t.Fatal("the shard made no snapshot within 90s")
 		}
@@ -97,13 +96,13 @@ func TestKinesisEmptyDiskRestoreReadsFromTheSnapshot(t *testing.T) {
 	regB := prometheus.NewRegistry()
 	b := f.start(t.TempDir(), "b", engine.WithRegisterer(regB)) // a new machine: empty disk
 	defer b.stop(t)
-	for deadline := time.Now().Add(60 * time.Second); testutil.ToFloat64(mustCounter(t, regB, "kandle_restored_changelog_records_total", "")) == 0; {
+	for deadline := time.Now().Add(60 * time.Second); counter(t, regB, "kandle_restored_changelog_records_total", "") == 0; {
 		if time.Now().After(deadline) {
 			t.Fatal("the new owner restored nothing within 60s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	restored := testutil.ToFloat64(mustCounter(t, regB, "kandle_restored_changelog_records_total", ""))
+	restored := counter(t, regB, "kandle_restored_changelog_records_total", "")
 	t.Logf("the changelog held %d records at the takeover; the new owner read %v", changelog, restored)
 	if restored*2 > float64(changelog) {
 		t.Fatalf("the new owner read %v of the changelog's %d records: not from the snapshot", restored, changelog)

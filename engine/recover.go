@@ -155,6 +155,7 @@ func (e *Engine) supervise(ctx context.Context, name string, run func(context.Co
 		} else {
 			e.log.Error("stage failed; dropping its clients and rebuilding it from the last commit", "stage", name, "err", err, "retry_in", wait)
 		}
+		e.health.moved(name, "", nil) // not in sync again before its first turn
 		if sinkkit.Sleep(ctx, wait) != nil {
 			return nil
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kafka"
@@ -150,40 +149,12 @@ func TestProcessorPanicDeadLettersTheRecord(t *testing.T) {
 	if problem != "" {
 		t.Fatal(problem)
 	}
-	if n := testutil.ToFloat64(mustCounter(t, reg, "kandle_rejected_total", "internal_error")); n != 1 {
+	if n := counter(t, reg, "kandle_rejected_total", "internal_error"); n != 1 {
 		t.Errorf("kandle_rejected_total{reason=internal_error} = %v, want 1", n)
 	}
-	if n := testutil.ToFloat64(mustCounter(t, reg, "kandle_panics_total", "")); n != 2 {
+	if n := counter(t, reg, "kandle_panics_total", ""); n != 2 {
 		t.Errorf("kandle_panics_total = %v, want 2 (the record's two panics)", n)
 	}
-}
-
-// mustCounter is the collector of the series of metric name whose labels
-// include value (any, when value is empty), as a collector testutil reads.
-func mustCounter(t *testing.T, reg *prometheus.Registry, name, value string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := value == ""
-			for _, l := range m.GetLabel() {
-				match = match || l.GetValue() == value
-			}
-			if match {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sum"})
-	c.Add(sum)
-	return c
 }
 
 // An EndTxn that times out and an abort after it that fails leave the
@@ -238,7 +209,7 @@ func TestEndTxnFailureRebuildsTheStage(t *testing.T) {
 			defer r.stop(t)
 			f.waitFor(want, 90*time.Second)
 			// The output must stay exact once the failed stages are back.
-			for deadline := time.Now().Add(30 * time.Second); testutil.ToFloat64(mustCounter(t, reg, "kandle_stage_restarts_total", "")) < 2; {
+			for deadline := time.Now().Add(30 * time.Second); counter(t, reg, "kandle_stage_restarts_total", "") < 2; {
 				if time.Now().After(deadline) {
 					t.Fatal("the failed stages were not rebuilt within 30s")
 				}
