@@ -331,7 +331,10 @@ func (s *liveStage) processFetches(ctx context.Context, fetches kgo.Fetches) err
 				if i >= len(work) {
 					return
 				}
-				if err := s.processPart(ctx, work[i].ps, work[i].recs); err != nil {
+				// A panic here (not the processor's: processGuarded takes
+				// those) must not take the process down from a goroutine
+				// nobody recovers: it aborts and rebuilds like one.
+				if err := s.e.recovered(s.spec.Name, func() error { return s.processPart(ctx, work[i].ps, work[i].recs) }); err != nil {
 					errMu.Lock()
 					procErr = cmp.Or(procErr, err)
 					errMu.Unlock()
