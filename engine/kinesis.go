@@ -521,7 +521,10 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 	k.e.m.transactions.WithLabelValues(k.spec.Name, "committed").Inc()
 	sh.handoff, sh.seq, sh.settled = nil, seq, true
 	sh.sinceSnap += int64(len(changed))
-	if snap != nil && snap.placed {
+	mu.Lock() // the marker's promise wrote where it landed
+	placed := snap != nil && snap.placed
+	mu.Unlock()
+	if placed {
 		// Committed: the next lease checkpoint records where it starts.
 		k.e.m.snapshots.WithLabelValues(k.spec.Name).Inc()
 		k.e.m.snapshotRecords.WithLabelValues(k.spec.Name).Add(float64(snap.records))
