@@ -17,6 +17,64 @@
 // too: a consumer group per sink that reads output topics and writes to the
 // external store.
 //
+// # The exactly-once unit
+//
+// Exactly-once work has one unit, whatever the source: the processor of
+// one Kafka input partition or of one Kinesis shard, with its committed
+// state (unit.go). A unit owns:
+//
+//   - its changelog key layout (unitKeys): a prefix, then 'p' and the
+//     processor's entry key for a state entry (nil value: deleted), 'o'
+//     for its progress, 's' for its snapshot markers. A Kafka partition's
+//     prefix is empty (changelog partition = input partition); a shard's
+//     is "s", its id and a 0 byte (shards hash onto shared changelog
+//     partitions). Restore barriers "b" belong to the changelog partition;
+//   - its progress record (unitProgress): where its source resumes (the
+//     next input offset, or the shard's record count and last sequence
+//     number) and its watermark;
+//   - its restore (restoreUnit): Pebble, then the changelog from Pebble's
+//     position — or, with no usable local state, from its last committed
+//     snapshot or the changelog's start — up to a barrier it appends
+//     first; every entry read goes to Pebble too;
+//   - its emission (emitter): candles, events and quiet records to the
+//     output topic, rejections to the dead-letter topic, with metrics;
+//   - its changelog writes per transaction (its changes, and a snapshot
+//     of its whole state when due, snapshot.go), and Pebble after the
+//     commit.
+//
+// The drivers bring only what differs: assignment or leases, fetching,
+// how the transaction is opened and ended, and how the source position is
+// committed. stage.go (Kafka) runs the partitions of a stage in one
+// kgo.GroupTransactSession and commits the input offsets inside the
+// transaction (KIP-447), with the snapshot position as their metadata.
+// kinesis.go runs each shard with its own transactional producer
+// (transactional id <group>.<stage>.<shard>, so a new owner fences the old
+// one with its first barrier) and checkpoints the sequence number in the
+// lease table after the transaction, with the snapshot position as the
+// checkpoint's metadata.
+//
+// Why a checkpoint after the transaction is safe: the changelog, not the
+// lease, is the source of truth. The transaction commits the shard's
+// outputs, state and progress record ('o', holding the sequence number)
+// atomically; a restore reads the progress from the changelog and resumes
+// after that sequence number. If the process dies after the commit and
+// before the checkpoint, the lease is behind: the next owner still resumes
+// from the changelog's position (the lease checkpoint is used only when the
+// changelog holds nothing of the shard), so no record is processed twice.
+// A checkpoint is never ahead of a commit, since it is written after it.
+// The snapshot position it carries is therefore always one of a committed
+// snapshot, or an older one; either is a valid start (below), and a marker
+// that is no longer there sends the restore to the changelog's start.
+//
+// A new source plugs in as a driver: it maps its units onto unitRef (a
+// Pebble namespace and partition, a changelog partition and a key prefix),
+// gives restoreUnit its unitIO (how to write a barrier, read the changelog
+// partition and find a committed snapshot position), feeds records to the
+// processor through Engine.processGuarded, and in each transaction emits
+// with an emitter, writes the changes and progress under its unitKeys and
+// commits its position either inside the transaction or after it (then
+// with the position in the progress record, as Kinesis does).
+//
 // # Processor kinds
 //
 // A stage builds the processor of each input partition with its kind
@@ -75,6 +133,20 @@
 // of moves: a partition revoked while a transaction aborts is never restored,
 // processed, emitted or committed by this instance again (no ghost owner).
 //
+// If ending the transaction fails and the abort after it fails too (a
+// timeout, a coordinator that already aborted it on its own), the
+// producer's state is unknown: its transaction may be open, aborted or
+// even committed. The stage then drops its clients (supervise, recover.go)
+// and is built again after a backoff; the new producer's InitProducerID
+// under the same transactional id ends whatever the old one left open, and
+// the restore below reads exactly what was committed. The same path takes
+// a fenced producer, a broker error the stage cannot get past and a
+// recovered panic: kandle run exits only for configuration errors or a
+// signal. A panic in a processor is recovered where the processor is
+// called and only aborts the transaction (the partitions are rebuilt from
+// the last commit); a record that panicked its processor twice is
+// dead-lettered with reason internal_error instead of processed again.
+//
 // If the process dies between 3 and 4, Pebble is behind the changelog. On
 // restart — and whenever a partition is assigned — the stage loads Pebble's
 // entries for the partition, then reads the changelog from the offset Pebble
@@ -91,7 +163,7 @@
 // changelog offset is below the changelog's start or past its end (a
 // compacted, truncated or recreated changelog), the partition's local state
 // is dropped and rebuilt from the changelog alone. Kafka partitions and
-// Kinesis shards share this changelog read (readChangelogTo).
+// Kinesis shards share this restore (restoreUnit).
 //
 // # Changelog snapshots
 //
@@ -135,14 +207,11 @@
 // transaction's changes. Restores with local state (Pebble) read the tail
 // after Pebble's position as before.
 //
-// Kinesis shards stay on the old path (their changelog is read from its
-// start on an empty disk): a shard's position is committed in the
-// changelog itself, and its lease checkpoint is written after the
-// transaction, not in it, so nothing committed atomically with a shard's
-// transaction can be read without reading the changelog. A Kinesis stage
-// also shares changelog partitions between shards (keys carry the shard)
-// and children read their parents' partitions, so a per-shard snapshot
-// position would need a store of its own.
+// Kinesis shards snapshot the same way, with their own marker key (their
+// prefix and 's') on the changelog partition they share with other shards;
+// a shard's snapshot position travels as the metadata of its lease
+// checkpoint, written after the transaction (see "The exactly-once unit"
+// for why that is enough).
 //
 // A processor that implements processors.StoreUser (the silence processor)
 // is not loaded into memory at all: the changelog tail goes into Pebble
@@ -151,7 +220,8 @@
 // commit. Since Pebble is written after each commit, the range it reads is
 // always the committed state; a failed read makes the stage stop before it
 // commits anything computed without it. Kinesis shards still restore such a
-// processor into memory (Restore), like every other processor.
+// processor into memory (Restore): their handoff on a split or merge works
+// on entries in memory.
 //
 // At start the engine creates each changelog with as many partitions as its
 // input topic has on the broker, and refuses to run when an existing

@@ -66,6 +66,10 @@ type Engine struct {
 	health         *health
 	readyLag       int64
 	stallAfter     time.Duration
+	panics         panicBook // records that panicked their processor (recover.go)
+	// endTxnHook, when set (tests only), ends a Kafka stage's transactions
+	// instead of the session's End: it injects faults.
+	endTxnHook func(ctx context.Context, sess *kgo.GroupTransactSession, try kgo.TransactionEndTry) (bool, error)
 }
 
 // Option configures an Engine.
@@ -273,35 +277,46 @@ func (e *Engine) Run(ctx context.Context) error {
 		if !e.runs(spec.Name) {
 			continue
 		}
-		if src := spec.kinesisSource(); src != nil {
-			ks, err := newKinesisStage(e, spec, src)
-			if err != nil {
-				cancel(err)
-				wg.Wait()
-				return err
+		build := func() (func(context.Context) error, error) {
+			if src := spec.kinesisSource(); src != nil {
+				ks, err := newKinesisStage(e, spec, src)
+				if err != nil {
+					return nil, err
+				}
+				return ks.run, nil
 			}
-			start(spec.Name, ks.run)
-			continue
+			st, err := newLiveStage(e, spec)
+			if err != nil {
+				return nil, err
+			}
+			return st.run, nil
 		}
-		st, err := newLiveStage(e, spec)
+		run, err := build()
 		if err != nil {
 			cancel(err)
 			wg.Wait()
 			return err
 		}
-		start(spec.Name, func(ctx context.Context) error { return e.runLiveStage(ctx, spec, st) })
+		start(spec.Name, func(ctx context.Context) error { return e.supervise(ctx, spec.Name, run, build) })
 	}
 	for name, sk := range e.top.Sinks {
 		if !e.runs(name) {
 			continue
 		}
-		ss, err := newSinkStage(e, name, sk, e.sinks[name])
+		build := func() (func(context.Context) error, error) {
+			ss, err := newSinkStage(e, name, sk, e.sinks[name])
+			if err != nil {
+				return nil, err
+			}
+			return ss.run, nil
+		}
+		run, err := build()
 		if err != nil {
 			cancel(err)
 			wg.Wait()
 			return err
 		}
-		start("sink "+name, ss.run)
+		start("sink "+name, func(ctx context.Context) error { return e.supervise(ctx, "sink "+name, run, build) })
 	}
 	e.health.started()
 	wg.Add(1)
@@ -476,29 +491,6 @@ func (e *Engine) inputPartitions(s *stageSpec) int {
 		return src.Partitions
 	}
 	return 1
-}
-
-// runLiveStage runs st until ctx ends. A stage whose transactional producer
-// was fenced (this instance was paused past its session and transaction
-// timeouts: the group moved its partitions and the coordinator bumped the
-// producer's epoch) has already left its group without committing; it
-// rejoins with a new client, whose InitProducerID takes a fresh epoch, as
-// Kafka Streams does on ProducerFencedException. Any other error stops kandle.
-func (e *Engine) runLiveStage(ctx context.Context, spec *stageSpec, st *liveStage) error {
-	for {
-		err := st.run(ctx)
-		if err == nil || ctx.Err() != nil || !isFencedProducer(err) {
-			return err
-		}
-		e.log.Warn("stage fenced: this instance lost its partitions while it was paused; rejoining with a new producer",
-			"stage", spec.Name, "err", err)
-		if sinkkit.Sleep(ctx, time.Second) != nil {
-			return nil
-		}
-		if st, err = newLiveStage(e, spec); err != nil {
-			return err
-		}
-	}
 }
 
 // isFencedProducer reports a transactional producer fenced for good: only

@@ -116,7 +116,7 @@ type running struct {
 	done   chan error
 }
 
-func (f *fixture) start(stateDir, instance string) *running {
+func (f *fixture) start(stateDir, instance string, extra ...engine.Option) *running {
 	f.t.Helper()
 	level := slog.LevelWarn
 	_ = level.UnmarshalText([]byte(os.Getenv("KANDLE_TEST_LOG"))) // e.g. KANDLE_TEST_LOG=info when debugging
@@ -126,6 +126,7 @@ func (f *fixture) start(stateDir, instance string) *running {
 	if f.clock != nil {
 		opts = append(opts, engine.WithClock(f.clock))
 	}
+	opts = append(opts, extra...)
 	eng, err := engine.New(f.top, opts...)
 	if err != nil {
 		f.t.Fatal(err)

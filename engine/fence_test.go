@@ -181,7 +181,8 @@ processors:
 	}
 }
 
-// counter sums a counter's samples whose labels include value.
+// counter sums a counter's samples whose labels include value (every
+// sample, when value is empty).
 func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -194,10 +195,12 @@ func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			match := value == ""
 			for _, l := range m.GetLabel() {
-				if l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
+				match = match || l.GetValue() == value
+			}
+			if match {
+				sum += m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -58,21 +58,22 @@ type graph struct {
 }
 
 // buildGraph resolves t (as returned by topology.Parse, which validated it
-// and filled defaults) into stages in dependency order.
+// and filled defaults) into stages in dependency order, from the compiled
+// stages alone (topology.Stages: kind, facts and zoned timeframe resolved
+// once).
 func buildGraph(t *topology.Topology) (*graph, error) {
 	g := &graph{top: t, byName: map[string]*stageSpec{}}
 	for _, st := range t.Stages() {
 		p := st.Processor
-		kind, ok := t.KindOf(p)
-		if !ok {
+		if st.Kind == nil {
 			return nil, fmt.Errorf("processor %s: unknown kind %q (run kandle validate)", st.Name, p.Kind)
 		}
-		build, err := builderOf(kind)
+		build, err := builderOf(st.Kind)
 		if err != nil {
 			return nil, fmt.Errorf("processor %s: %w", st.Name, err)
 		}
-		facts := kind.Facts()
-		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: t.TimeframeOf(p), Rollup: st.Upstream != nil, Kind: facts,
+		facts := st.Facts
+		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: st.Timeframe, Rollup: st.Upstream != nil, Kind: facts,
 			Input: st.Input, OutputTopic: p.Output.Topic, OutputParts: max(p.Output.Partitions, 1), build: build}
 		if facts.Timeframe && s.Timeframe.N == 0 {
 			return nil, fmt.Errorf("processor %s: invalid timeframe %q (run kandle validate)", st.Name, p.Timeframe)

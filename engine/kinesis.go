@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"crypto/md5"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -13,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -53,9 +53,13 @@ type kinesisStage struct {
 	ranges    *shardRanges
 
 	accepted, rejectedRecords prometheus.Counter
+	em                        *emitter
 
-	mu     sync.Mutex
-	shards map[string]*shardState
+	mu        sync.Mutex
+	shards    map[string]*shardState
+	snapHints map[string]string // shard → its lease's checkpoint metadata when taken: its last snapshot
+	snapSeq   atomic.Int64      // snapshots made (tokens)
+	started   time.Time         // when the stage was made: part of its snapshot tokens
 }
 
 type shardState struct {
@@ -69,6 +73,15 @@ type shardState struct {
 	ordinal int64  // records processed in this shard (the "offset" of dead letters)
 	handoff map[string][]byte
 	out     processors.Output
+	slab    outSlab // the records and bytes of what the shard produces
+	// The last committed snapshot of the shard, the changelog records
+	// written since it (or the restore), the live entries when last
+	// counted, and whether a transaction committed since the restore
+	// (snapshot.go).
+	snap      snapRef
+	sinceSnap int64
+	liveKeys  int
+	settled   bool
 	// behind: the last read of the shard did not reach its tip
 	// (MillisBehindLatest > 0), or there was no read yet since Open. A
 	// shard that is behind never advances by the wall clock.
@@ -85,10 +98,13 @@ type shardState struct {
 }
 
 func newKinesisStage(e *Engine, spec *stageSpec, src *topology.Source) (*kinesisStage, error) {
-	return &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
+	k := &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
 		changelog: e.g.changelogTopic(spec.Name), clParts: max(src.Partitions, 1), shards: map[string]*shardState{},
+		snapHints: map[string]string{}, started: time.Now(),
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
-		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}, nil
+		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
+	k.em = &emitter{e: e, spec: spec, input: src.Kinesis.Stream, log: k.log}
+	return k, nil
 }
 
 func (k *kinesisStage) run(ctx context.Context) error {
@@ -156,7 +172,11 @@ func (k *kinesisStage) tickLoop(ctx context.Context) {
 		}
 		k.mu.Unlock()
 		for _, sh := range shards {
-			k.tickShard(ctx, sh)
+			if err := k.e.recovered(k.spec.Name, func() error { k.tickShard(ctx, sh); return nil }); err != nil {
+				sh.mu.Lock()    // tickShard's deferred unlock ran
+				sh.failed = err // the next Records call gives the shard up
+				sh.mu.Unlock()
+			}
 		}
 	}
 }
@@ -214,10 +234,12 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 
 // rebuild replaces a shard's processor with its last committed state.
 func (k *kinesisStage) rebuild(ctx context.Context, sh *shardState) error {
-	entries, pr, found, err := k.loadShard(ctx, sh.cl, sh.id)
+	st, err := k.loadUnit(ctx, sh.cl, sh.id)
 	if err != nil {
 		return err
 	}
+	entries, pr, found := st.entries, st.progress, st.found
+	sh.snap, sh.sinceSnap, sh.liveKeys, sh.settled = st.snap, int64(st.mine), len(entries), false
 	if !found && sh.handoff != nil {
 		entries = sh.handoff // the handed-over state was not committed yet
 	}
@@ -227,7 +249,7 @@ func (k *kinesisStage) rebuild(ctx context.Context, sh *shardState) error {
 	}
 	sh.proc = proc
 	if found {
-		sh.seq, sh.ordinal = pr.seq, pr.ordinal
+		sh.seq, sh.ordinal = pr.seq, pr.next
 	}
 	return nil
 }
@@ -249,7 +271,15 @@ func (k *kinesisStage) Position(s kinesis.Shard, millisBehind int64) {
 }
 
 // Open restores the shard (or hands its parents' keys over) and says where to resume.
-func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error) {
+func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (resume string, err error) {
+	err = k.e.recovered(k.spec.Name, func() error {
+		resume, err = k.open(ctx, s)
+		return err
+	})
+	return resume, err
+}
+
+func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error) {
 	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true, listed: s.Listed}
 	cl, err := kgo.NewClient(k.e.kafkaOpts(k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
@@ -258,11 +288,21 @@ func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error
 		return "", err
 	}
 	sh.cl = cl
-	entries, pr, found, err := k.loadShard(ctx, cl, s.ID)
+	if s.Lease != nil {
+		k.mu.Lock()
+		k.snapHints[s.ID] = s.Lease.LastMeta()
+		k.mu.Unlock()
+	}
+	start := time.Now()
+	st, err := k.loadUnit(ctx, cl, s.ID)
 	if err != nil {
 		cl.Close()
 		return "", fmt.Errorf("restore shard %s: %w", s.ID, err)
 	}
+	k.e.m.restoreSecs.WithLabelValues(k.spec.Name).Observe(time.Since(start).Seconds())
+	k.e.m.restored.WithLabelValues(k.spec.Name).Add(float64(st.records))
+	entries, pr, found := st.entries, st.progress, st.found
+	sh.snap, sh.sinceSnap, sh.liveKeys = st.snap, int64(st.mine), len(entries)
 	if !found && len(s.Parents) > 0 {
 		if entries, err = k.handoff(ctx, cl, s); err != nil {
 			cl.Close()
@@ -274,11 +314,12 @@ func (k *kinesisStage) Open(ctx context.Context, s kinesis.Shard) (string, error
 		cl.Close()
 		return "", err
 	}
-	sh.seq, sh.ordinal = pr.seq, pr.ordinal
+	sh.seq, sh.ordinal = pr.seq, pr.next
 	k.mu.Lock()
 	k.shards[s.ID] = sh
 	k.mu.Unlock()
-	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff))
+	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff),
+		"changelog_records", st.records, "from_snapshot", st.snap.valid(), "took", time.Since(start))
 	return sh.seq, nil
 }
 
@@ -295,8 +336,13 @@ func restoreProcessor(spec *stageSpec, live bool, clock processors.Clock, entrie
 	return proc, nil
 }
 
-// Records processes one batch and commits it with the shard position.
+// Records processes one batch and commits it with the shard position. A
+// panic gives the shard up (the consumer reopens it from its last commit).
 func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.Batch) error {
+	return k.e.recovered(k.spec.Name, func() error { return k.records(ctx, s, b) })
+}
+
+func (k *kinesisStage) records(ctx context.Context, s kinesis.Shard, b kinesis.Batch) error {
 	sh := k.shard(s.ID)
 	if sh == nil {
 		return fmt.Errorf("shard %s is not open", s.ID)
@@ -310,7 +356,14 @@ func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.B
 	last := sh.seq
 	for _, r := range b.Records {
 		n := len(sh.out.Rejected)
-		sh.proc.Process(processors.Record{Partition: sh.part, Offset: sh.ordinal, Key: []byte(r.PartitionKey), Value: r.Data, Timestamp: arrivalMS(r.Arrival)}, &sh.out)
+		rec := processors.Record{Partition: sh.part, Offset: sh.ordinal, Key: []byte(r.PartitionKey), Value: r.Data, Timestamp: arrivalMS(r.Arrival)}
+		if err := k.e.processGuarded(k.spec, sh.proc, "shard "+s.ID, sh.ordinal, rec, &sh.out); err != nil {
+			// The processor's state is undefined: give the shard up; its
+			// next owner (maybe this instance) restores it from its last
+			// commit and reads the batch again.
+			sh.failed = err
+			return err
+		}
 		for i := n; i < len(sh.out.Rejected); i++ {
 			sh.out.Rejected[i].Detail += " (kinesis shard " + s.ID + " sequence " + r.Seq + ")"
 		}
@@ -327,7 +380,15 @@ func (k *kinesisStage) Records(ctx context.Context, s kinesis.Shard, b kinesis.B
 		k.e.m.watermark.WithLabelValues(k.spec.Name, s.ID).Set(float64(w))
 	}
 	if s.Lease != nil {
-		if err := s.Lease.Checkpoint(ctx, last); err != nil {
+		// After the commit, never in it: see "Kinesis shards" in the
+		// package doc. The snapshot position rides on every checkpoint.
+		var err error
+		if sh.snap.valid() {
+			err = s.Lease.CheckpointMeta(ctx, last, sh.snap.metadata())
+		} else {
+			err = s.Lease.Checkpoint(ctx, last)
+		}
+		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", s.ID, err)
 		}
 	}
@@ -380,7 +441,7 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 		perr   error
 		maxOff int64 = -1
 	)
-	part := k.clPartition(sh.id)
+	u := k.unit(sh.id)
 	promise := func(r *kgo.Record, err error) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -391,35 +452,54 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 			maxOff = r.Offset
 		}
 	}
-	emitEvents(ctx, k.e.m, k.spec, &sh.out, func(ctx context.Context, r *kgo.Record) { cl.Produce(ctx, r, promise) })
-	for i := range sh.out.Candles {
-		c := &sh.out.Candles[i]
-		cl.Produce(ctx, &kgo.Record{Topic: k.spec.OutputTopic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)}, promise)
-	}
-	k.spec.quietRecords(&sh.out, func(r *kgo.Record) { cl.Produce(ctx, r, promise) })
-	if n := len(sh.out.Candles); n > 0 {
-		k.e.m.candles.WithLabelValues(k.spec.Name, k.spec.Timeframe.String()).Add(float64(n))
-	}
-	for i := range sh.out.Rejected {
-		r := &sh.out.Rejected[i]
-		cl.Produce(ctx, deadLetter(k.e.g.deadLetterTopic(), k.spec.Name, k.src.Kinesis.Stream, r), promise)
-		k.e.m.rejected.WithLabelValues(k.spec.Name, string(r.Reason)).Inc()
-	}
-	prefix := shardPrefix(sh.id)
+	produce := func(ctx context.Context, r *kgo.Record) { cl.Produce(ctx, r, promise) }
+	k.em.emit(ctx, &sh.out, &sh.slab, produce)
 	type kv struct{ k, v []byte }
 	var changed []kv
 	add := func(key, val []byte) {
 		changed = append(changed, kv{append([]byte(nil), key...), cloneOrNil(val)})
-		cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: append(append([]byte(nil), prefix...), append([]byte{'p'}, key...)...), Value: cloneOrNil(val)}, promise)
 	}
 	for key, v := range sh.handoff { // persist handed-over keys with the first commit
 		add([]byte(key), v)
 	}
 	sh.proc.Changes(add)
-	pr := shardProgress{seq: seq, ordinal: sh.ordinal}
-	pr.wm, pr.hasWM = watermarkOf(sh.proc)
-	progress := pr.encode()
-	cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: append(append([]byte(nil), prefix...), 'o'), Value: progress}, promise)
+	// A snapshot (never in the first commit after a restore, which carries
+	// a takeover's first output) goes first: marker, every committed entry
+	// the transaction does not change, then the changes.
+	var snap *pendingSnap
+	if sh.settled && snapshotDueN(sh.sinceSnap, sh.liveKeys, len(changed)) {
+		snap = &pendingSnap{ref: snapRef{offset: -1, token: fmt.Sprintf("%s.%s.%d.%d", k.e.instance, sh.id, k.started.UnixNano(), k.snapSeq.Add(1))}}
+		cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.marker(), Value: []byte(snap.ref.token)}, func(r *kgo.Record, err error) {
+			promise(r, err)
+			if err == nil {
+				mu.Lock()
+				snap.ref.offset, snap.placed = r.Offset, true
+				mu.Unlock()
+			}
+		})
+		skip := make(map[string]bool, len(changed))
+		for _, c := range changed {
+			skip[string(c.k)] = true
+			if c.v != nil {
+				snap.keys++
+			}
+		}
+		snap.records = 1
+		err := k.e.scanUnit(u, skip, func(key, v []byte) {
+			produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, key), Value: append([]byte(nil), v...)})
+			snap.keys++
+			snap.records++
+		})
+		if err != nil {
+			_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+			return fmt.Errorf("shard %s: snapshot: read state: %w", sh.id, err)
+		}
+	}
+	for _, c := range changed {
+		produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, c.k), Value: c.v})
+	}
+	progress := progressOf(sh.proc, sh.ordinal, seq).encode()
+	produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.progress(), Value: progress})
 	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.e.txnTimeout)
 	defer cancel()
 	try := kgo.TryCommit
@@ -439,105 +519,91 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 		return fmt.Errorf("shard %s: transaction aborted (%v, produce: %v); the shard is restored from its last commit", sh.id, err, perr)
 	}
 	k.e.m.transactions.WithLabelValues(k.spec.Name, "committed").Inc()
-	sh.handoff, sh.seq = nil, seq
-	batch := k.e.store.NewBatch()
-	ns := k.spec.Name + "/" + sh.id
-	for _, c := range changed {
-		batch.Set(ns, 0, c.k, c.v)
+	sh.handoff, sh.seq, sh.settled = nil, seq, true
+	sh.sinceSnap += int64(len(changed))
+	mu.Lock() // the marker's promise wrote where it landed
+	placed := snap != nil && snap.placed
+	mu.Unlock()
+	if placed {
+		// Committed: the next lease checkpoint records where it starts.
+		k.e.m.snapshots.WithLabelValues(k.spec.Name).Inc()
+		k.e.m.snapshotRecords.WithLabelValues(k.spec.Name).Add(float64(snap.records))
+		sh.snap, sh.sinceSnap, sh.liveKeys = snap.ref, int64(len(changed)), snap.keys
+		k.log.Debug("snapshot committed", "shard", sh.id, "keys", snap.keys, "records", snap.records, "offset", snap.ref.offset)
 	}
-	batch.Set(ns, 0, []byte(progressKey), progress)
-	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: maxOff + 1})
+	batch := k.e.store.NewBatch()
+	for _, c := range changed {
+		batch.Set(u.ns, u.part, c.k, c.v)
+	}
+	batch.Set(u.ns, u.part, []byte(pebbleProgressKey), progress)
+	batch.SetMeta(u.ns, u.part, state.Meta{ChangelogOffset: maxOff + 1, InputOffset: sh.ordinal})
 	return batch.Commit()
 }
 
-// loadShard returns a shard's committed entries and position: Pebble plus
-// the changelog tail up to a barrier this owner commits first (which also
-// fences any previous owner's producer).
-func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string) (map[string][]byte, shardProgress, bool, error) {
-	var pr shardProgress
-	ns := k.spec.Name + "/" + id
-	entries := map[string][]byte{}
-	meta, found, err := k.e.store.Load(ns, 0, func(key, v []byte) error {
-		entries[string(key)] = append([]byte(nil), v...)
-		return nil
-	})
+// loadShard returns a shard's committed entries and position (restoreUnit),
+// up to a barrier this owner commits first in a transaction of the shard's
+// own producer (which also fences any previous owner's producer).
+func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string) (map[string][]byte, unitProgress, bool, error) {
+	st, err := k.loadUnit(ctx, cl, id)
 	if err != nil {
-		return nil, pr, false, err
+		return nil, st.progress, false, err
 	}
-	if v, ok := entries[progressKey]; ok {
-		pr, _ = decodeShardProgress(v)
-		delete(entries, progressKey)
-	}
-	part := k.clPartition(id)
-	if err := cl.BeginTransaction(); err != nil {
-		return nil, pr, false, err
-	}
-	res := cl.ProduceSync(ctx, &kgo.Record{Topic: k.changelog, Partition: part, Key: keyBarrier, Value: []byte(k.e.instance)})
-	if err := res.FirstErr(); err != nil {
-		_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
-		return nil, pr, false, fmt.Errorf("write restore barrier: %w", err)
-	}
-	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-		return nil, pr, false, fmt.Errorf("commit restore barrier: %w", err)
-	}
-	barrier := res[0].Record.Offset
-	from := int64(0)
-	if found {
-		from = meta.ChangelogOffset
-	}
-	batch := k.e.store.NewBatch()
-	rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {part: kgo.NewOffset().At(from)}}))...)
-	if err != nil {
-		return nil, pr, false, err
-	}
-	defer rc.Close()
-	if starts, err := kadm.NewClient(rc).ListStartOffsets(ctx, k.changelog); err == nil {
-		if so, ok := starts.Lookup(k.changelog, part); ok && so.Err == nil && (so.Offset > from || barrier < from) {
-			clear(entries)
-			batch.Drop(ns, 0)
-			pr, from, found = shardProgress{}, so.Offset, false
-			rc.SetOffsets(map[string]map[int32]kgo.EpochOffset{k.changelog: {part: {Epoch: -1, Offset: from}}})
-		}
-	}
-	prefix := shardPrefix(id)
-	if from <= barrier {
-		err := readChangelogTo(ctx, rc, k.log, k.changelog, part, barrier, func(r *kgo.Record) error {
-			if !strings.HasPrefix(string(r.Key), string(prefix)) {
-				return nil
-			}
-			found = true
-			rest := r.Key[len(prefix):]
-			switch {
-			case len(rest) > 1 && rest[0] == 'p':
-				if r.Value == nil {
-					delete(entries, string(rest[1:]))
-				} else {
-					entries[string(rest[1:])] = r.Value
-				}
-				batch.Set(ns, 0, rest[1:], r.Value)
-			case string(rest) == "o":
-				if p, ok := decodeShardProgress(r.Value); ok {
-					pr = p
-					batch.Set(ns, 0, []byte(progressKey), r.Value)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, pr, false, err
-		}
-	}
-	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: barrier + 1})
-	if err := batch.Commit(); err != nil {
-		return nil, pr, false, err
-	}
-	return entries, pr, found, nil
+	return st.entries, st.progress, st.found, nil
 }
 
-// progressKey stores the shard position among a shard's Pebble entries
-// (processor entry keys never start with '~').
-const progressKey = "~progress"
+// loadUnit is loadShard with the whole unitState. An empty disk reads the
+// changelog from the snapshot the shard's lease checkpoint names (see
+// snapshotHint), when there is one.
+func (k *kinesisStage) loadUnit(ctx context.Context, cl *kgo.Client, id string) (unitState, error) {
+	u := k.unit(id)
+	return k.e.restoreUnit(ctx, u, unitIO{
+		changelog: k.changelog, log: k.log.With("shard", id),
+		barrier: func(ctx context.Context) (int64, error) {
+			if err := cl.BeginTransaction(); err != nil {
+				return 0, err
+			}
+			res := cl.ProduceSync(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: keyBarrier, Value: []byte(k.e.instance)})
+			if err := res.FirstErr(); err != nil {
+				_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
+				return 0, err
+			}
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return 0, fmt.Errorf("commit restore barrier: %w", err)
+			}
+			return res[0].Record.Offset, nil
+		},
+		start: func(ctx context.Context) (int64, error) {
+			starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, k.changelog)
+			if err != nil {
+				return 0, err
+			}
+			if so, ok := starts.Lookup(k.changelog, u.clPart); ok && so.Err == nil {
+				return so.Offset, nil
+			}
+			return 0, nil
+		},
+		read: func(ctx context.Context, from, barrier int64, fn func(*kgo.Record) error) error {
+			rc, err := kgo.NewClient(k.e.kafkaOpts(kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(),
+				kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{k.changelog: {u.clPart: kgo.NewOffset().At(from)}}))...)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			return readChangelogTo(ctx, rc, k.log, k.changelog, u.clPart, barrier, fn)
+		},
+		snapshot: func(context.Context) (snapRef, bool) {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			return parseSnapMeta(k.snapHints[id])
+		},
+	}, true)
+}
+
+// unit names where shard id's state lives: its Pebble range, and its keys
+// on the changelog partition the shard id hashes to.
+func (k *kinesisStage) unit(id string) unitRef {
+	return unitRef{ns: k.spec.Name + "/" + id, clPart: k.clPartition(id), keys: unitKeys{prefix: shardPrefix(id)}, seqInPebble: true}
+}
 
 // handoff builds a child shard's first state from its parents' final state.
 func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Shard) (map[string][]byte, error) {
@@ -604,32 +670,6 @@ func shardNumber(id string) int32 {
 		return int32(h.Sum32() & 0x7fffffff)
 	}
 	return int32(n)
-}
-
-type shardProgress struct {
-	seq     string
-	ordinal int64
-	wm      int64
-	hasWM   bool
-}
-
-func (p shardProgress) encode() []byte {
-	v := binary.BigEndian.AppendUint64(nil, uint64(p.ordinal))
-	v = binary.BigEndian.AppendUint64(v, uint64(p.wm))
-	if p.hasWM {
-		v = append(v, 1)
-	} else {
-		v = append(v, 0)
-	}
-	return append(v, p.seq...)
-}
-
-func decodeShardProgress(v []byte) (shardProgress, bool) {
-	if len(v) < 17 {
-		return shardProgress{}, false
-	}
-	return shardProgress{ordinal: int64(binary.BigEndian.Uint64(v)), wm: int64(binary.BigEndian.Uint64(v[8:])),
-		hasWM: v[16] == 1, seq: string(v[17:])}, true
 }
 
 // shardRanges caches the hash key ranges of a stream's shards.

@@ -20,6 +20,8 @@ type metrics struct {
 	snapshotRecords *prometheus.CounterVec   // stage
 	owned           *prometheus.GaugeVec     // stage
 	idleErrors      *prometheus.CounterVec   // stage, step
+	panics          *prometheus.CounterVec   // stage
+	restarts        *prometheus.CounterVec   // stage
 	sinkWritten     *prometheus.CounterVec   // sink
 	sinkErrors      *prometheus.CounterVec   // sink
 	sinkLag         *prometheus.HistogramVec // sink: seconds from candle close to written
@@ -53,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Input partitions this instance currently processes, by stage."}, []string{"stage"}),
 		idleErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_idle_advance_errors_total",
 			Help: "Idle advances that could not happen now and are retried, by stage and step (probe: the input's end offsets could not be read; commit: the transaction of an idle advance failed)."}, []string{"stage", "step"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_panics_total",
+			Help: "Panics recovered in a stage (a processor's or the stage's own), by stage; each rebuilds the stage's state from the last commit."}, []string{"stage"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_stage_restarts_total",
+			Help: "Times a stage failed (broker or client trouble, a fenced producer, a transaction that could not be ended, a panic) and was rebuilt from the last commit with new clients, by stage."}, []string{"stage"}),
 		sinkWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_sink_written_total",
 			Help: "Records written to a sink."}, []string{"sink"}),
 		sinkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_sink_errors_total",
@@ -61,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Wall time from a candle's close to its durable write in a sink.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.rejected, m.candles, m.events, m.watermark, m.transactions,
-		m.commitSecs, m.restoreSecs, m.restored, m.snapshots, m.snapshotRecords, m.owned, m.idleErrors, m.sinkWritten, m.sinkErrors, m.sinkLag} {
+		m.commitSecs, m.restoreSecs, m.restored, m.snapshots, m.snapshotRecords, m.owned, m.idleErrors, m.panics, m.restarts, m.sinkWritten, m.sinkErrors, m.sinkLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

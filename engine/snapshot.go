@@ -82,7 +82,25 @@ type pendingSnap struct {
 // snapshotDue reports whether partition ps should snapshot in this commit,
 // which writes changes more changelog records.
 func snapshotDue(ps *partState, changes int) bool {
-	return ps.sinceSnap+int64(changes) > snapshotRatio*int64(max(ps.liveKeys, snapshotFloor))
+	return snapshotDueN(ps.sinceSnap, ps.liveKeys, changes)
+}
+
+// snapshotDueN reports whether a unit that wrote since changelog records
+// since its last snapshot (or restore) and had keys live entries then
+// should snapshot in a commit that writes changes more.
+func snapshotDueN(since int64, keys, changes int) bool {
+	return since+int64(changes) > snapshotRatio*int64(max(keys, snapshotFloor))
+}
+
+// scanUnit calls fn with every committed entry of unit u (its Pebble
+// range: the state of its last commit) whose key skip does not hold.
+func (e *Engine) scanUnit(u unitRef, skip map[string]bool, fn func(k, v []byte)) error {
+	return e.store.Scan(u.ns, u.part, nil, nil, func(k, v []byte) bool {
+		if !skip[string(k)] && !(u.seqInPebble && string(k) == pebbleProgressKey) {
+			fn(k, v)
+		}
+		return true
+	})
 }
 
 // snapshot produces the marker and every committed entry of partition p
@@ -108,16 +126,16 @@ func (s *liveStage) snapshot(ctx context.Context, p int32, changes []pendingEntr
 		ps.ref.offset, ps.placed = r.Offset, true
 	})
 	n := 1
-	err := s.e.store.Scan(s.spec.Name, p, nil, nil, func(k, v []byte) bool {
-		if _, ok := changed[string(k)]; ok {
-			return true
-		}
+	skip := make(map[string]bool, len(changed))
+	for k := range changed {
+		skip[k] = true
+	}
+	err := s.e.scanUnit(unitRef{ns: s.spec.Name, part: p}, skip, func(k, v []byte) {
 		r := s.slab.record()
 		r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, s.slab.bytes(keyPrefix, k), s.slab.bytes(nil, v)
 		s.produce(ctx, r)
 		keys++
 		n++
-		return true
 	})
 	if err != nil {
 		return fmt.Errorf("snapshot partition %d: read state: %w", p, err)
@@ -186,15 +204,15 @@ func (s *liveStage) committedSnapshot(ctx context.Context, p int32) (snapRef, bo
 var errNotSnapshot = errors.New("the changelog holds no snapshot marker at the recorded offset")
 
 // checkMarker returns a changelog read callback check: the first record
-// must be the marker of ref.
-func checkMarker(ref snapRef) func(r *kgo.Record) error {
+// must be the marker of ref, whose key is key.
+func checkMarker(ref snapRef, key []byte) func(r *kgo.Record) error {
 	first := true
 	return func(r *kgo.Record) error {
 		if !first {
 			return nil
 		}
 		first = false
-		if r.Offset != ref.offset || !bytes.Equal(r.Key, keySnapshot) || string(r.Value) != ref.token {
+		if r.Offset != ref.offset || !bytes.Equal(r.Key, key) || string(r.Value) != ref.token {
 			return errNotSnapshot
 		}
 		return nil

@@ -3,7 +3,6 @@ package engine
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,15 +20,6 @@ import (
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
-)
-
-// Changelog record keys: processor entries are prefixed with 'p'; the entry
-// holding the next input offset is "o"; restore barriers are "b"; snapshot
-// markers are "s" (snapshot.go).
-var (
-	keyOffset  = []byte("o")
-	keyBarrier = []byte("b")
-	keyPrefix  = []byte("p")
 )
 
 // liveStage runs one processor stage as a member of its consumer group,
@@ -76,12 +66,12 @@ type liveStage struct {
 	promise func(*kgo.Record, error) // s.produced, made once (a closure per record was an allocation each)
 	work    []partWork               // processFetches' partitions, kept between polls
 
-	candlesOnce sync.Once
-	candles     prometheus.Counter // candles produced: see candlesN
+	em *emitter
 }
 
 type partState struct {
 	proc      processor
+	src       string // "partition <n>", for logs and the panic book
 	nextInput int64
 	consumed  bool // processed input since the last commit
 	touched   bool // produced live updates since the last Active pass
@@ -120,6 +110,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
 	s.promise = s.produced
+	s.em = &emitter{e: e, spec: spec, input: spec.InputTopic, log: s.log}
 	if !spec.Rollup && spec.Proc != nil {
 		s.idleTimeout = spec.Proc.IdleTimeout
 	}
@@ -245,7 +236,15 @@ func (s *liveStage) loop(ctx context.Context) error {
 			return err
 		}
 		if err := s.processFetches(ctx, fetches); err != nil {
-			return err
+			if !errors.Is(err, errProcessorPanic) {
+				return err
+			}
+			// The panicking processor's state is undefined: abort, and
+			// rebuild every partition from its last commit.
+			if err := s.abort(ctx); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := s.idleAdvance(ctx); err != nil {
 			return err
@@ -332,7 +331,10 @@ func (s *liveStage) processFetches(ctx context.Context, fetches kgo.Fetches) err
 				if i >= len(work) {
 					return
 				}
-				if err := s.processPart(ctx, work[i].ps, work[i].recs); err != nil {
+				// A panic here (not the processor's: processGuarded takes
+				// those) must not take the process down from a goroutine
+				// nobody recovers: it aborts and rebuilds like one.
+				if err := s.e.recovered(s.spec.Name, func() error { return s.processPart(ctx, work[i].ps, work[i].recs) }); err != nil {
 					errMu.Lock()
 					procErr = cmp.Or(procErr, err)
 					errMu.Unlock()
@@ -363,7 +365,10 @@ func (s *liveStage) processPart(ctx context.Context, ps *partState, batches [][]
 				control = true // a transaction marker: no data, but the position moves past it
 				continue
 			}
-			s.spec.process(ps.proc, processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}, &ps.out)
+			rec := processors.Record{Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp.UnixMilli()}
+			if err := s.e.processGuarded(s.spec, ps.proc, ps.src, r.Offset, rec, &ps.out); err != nil {
+				return err
+			}
 			n++
 		}
 	}
@@ -517,105 +522,39 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	// A StoreUser reads its state from Pebble once the changelog tail is
 	// in; everything else is restored into memory from entries.
 	su, inStore := proc.(processors.StoreUser)
-	entries := map[string][]byte{}
-	load := func(k, v []byte) error {
-		entries[string(k)] = append([]byte(nil), v...)
-		return nil
-	}
-	if inStore {
-		load = nil
-	}
-	meta, ok, err := s.e.store.Load(name, p, load)
+	st, err := s.e.restoreUnit(ctx, unitRef{ns: name, part: p, clPart: p}, unitIO{
+		changelog: s.changelog, log: s.log,
+		barrier: func(ctx context.Context) (int64, error) {
+			res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
+			if err := res.FirstErr(); err != nil {
+				return 0, err
+			}
+			return res[0].Record.Offset, nil
+		},
+		start: func(ctx context.Context) (int64, error) {
+			starts, err := s.admin.ListStartOffsets(ctx, s.changelog)
+			if err != nil {
+				return 0, err
+			}
+			if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil {
+				return so.Offset, nil
+			}
+			return 0, nil
+		},
+		read: func(ctx context.Context, from, barrier int64, fn func(*kgo.Record) error) error {
+			return s.readChangelog(ctx, p, from, barrier, fn)
+		},
+		// Every commit of ours carries the snapshot position on with the
+		// group's offset.
+		snapshot: func(ctx context.Context) (snapRef, bool) { return s.committedSnapshot(ctx, p) },
+	}, !inStore)
 	if err != nil {
 		return nil, 0, err
 	}
-	from, next := int64(0), int64(0)
-	if ok {
-		from, next = meta.ChangelogOffset, meta.InputOffset
-	}
-	// The snapshot committed with the group's offset: every commit of ours
-	// carries it on, and an empty disk reads the changelog from it.
-	snap, hasSnap := s.committedSnapshot(ctx, p)
-	// The barrier marks the end of what is decided now: everything before it
-	// is committed or aborted once we can read it.
-	res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
-	if err := res.FirstErr(); err != nil {
-		return nil, 0, fmt.Errorf("write restore barrier: %w", err)
-	}
-	barrier := res[0].Record.Offset
-	batch := s.e.store.NewBatch()
-	starts, err := s.admin.ListStartOffsets(ctx, s.changelog)
-	if err != nil {
-		return nil, 0, fmt.Errorf("list changelog start offsets: %w", err)
-	}
-	start := int64(0)
-	if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil {
-		start = so.Offset
-	}
-	if ok && (start > from || barrier < from) {
-		// Compaction or retention removed what we would need, or the changelog
-		// was recreated (it is shorter than Pebble remembers): rebuild without it.
-		ok = false
-	}
-	if hasSnap && (snap.offset < start || snap.offset >= barrier) {
-		hasSnap = false // not on this changelog (recreated, or past its retention)
-	}
-	var check func(*kgo.Record) error
-	if !ok {
-		// No local state to build on: from the last committed snapshot
-		// when there is one, else from the changelog's start.
-		clear(entries)
-		batch.Drop(name, p)
-		from, next = start, 0
-		if hasSnap {
-			from, check = snap.offset, checkMarker(snap)
-		}
-	}
-	n := 0
-	apply := func(r *kgo.Record) error {
-		if check != nil {
-			if err := check(r); err != nil {
-				return err
-			}
-		}
-		n++
-		switch {
-		case len(r.Key) > 1 && r.Key[0] == 'p':
-			switch {
-			case inStore:
-			case r.Value == nil:
-				delete(entries, string(r.Key[1:]))
-			default:
-				entries[string(r.Key[1:])] = r.Value
-			}
-			batch.Set(name, p, r.Key[1:], r.Value)
-		case string(r.Key) == string(keyOffset):
-			if pr, ok := DecodeProgress(r.Value); ok {
-				next = pr.NextInput
-			}
-		}
-		return nil
-	}
-	err = s.readChangelog(ctx, p, from, barrier, apply)
-	if errors.Is(err, errNotSnapshot) {
-		s.log.Warn("the committed snapshot is not where its offset commit says (changelog recreated or compacted); reading the changelog from its start",
-			"partition", p, "snapshot_offset", snap.offset)
-		hasSnap, check, n, next = false, nil, 0, 0
-		clear(entries)
-		batch.Drop(name, p)
-		err = s.readChangelog(ctx, p, start, barrier, apply)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	for k, v := range entries {
+	for k, v := range st.entries {
 		if err := proc.Restore([]byte(k), v); err != nil {
 			return nil, 0, fmt.Errorf("restore entry %q: %w", k, err)
 		}
-	}
-	batch.SetMeta(name, p, state.Meta{ChangelogOffset: barrier + 1, InputOffset: next})
-	if err := batch.Commit(); err != nil {
-		return nil, 0, err
 	}
 	if inStore {
 		if err := su.UseStore(partStore{s.e.store, name, p}); err != nil {
@@ -623,14 +562,9 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 		}
 		proc.ResetIdle() // built before the changelog read: its idle clock starts now
 	}
-	ps := &partState{proc: proc, nextInput: next, sinceSnap: int64(n)}
-	if !inStore {
-		ps.liveKeys = len(entries)
-	}
-	if hasSnap {
-		ps.snap = snap
-	}
-	return ps, n, nil
+	ps := &partState{proc: proc, src: "partition " + strconv.Itoa(int(p)), nextInput: st.progress.next, sinceSnap: int64(st.records),
+		liveKeys: len(st.entries), snap: st.snap}
+	return ps, st.records, nil
 }
 
 // readChangelog reads changelog partition p from offset from up to the
@@ -661,29 +595,9 @@ func (s *liveStage) emit(ctx context.Context) error {
 // in the open transaction, the records and candle bytes from slab. Safe to
 // run for several partitions at once, each with its own out and slab.
 func (s *liveStage) emitOut(ctx context.Context, out *processors.Output, slab *outSlab) {
-	emitEvents(ctx, s.e.m, s.spec, out, s.produce)
-	for i := range out.Candles {
-		s.produce(ctx, slab.candle(s.spec.OutputTopic, &out.Candles[i]))
+	if len(out.Candles)+len(out.Events)+len(out.Rejected)+len(out.Quiet) > 0 {
+		s.em.emit(ctx, out, slab, s.produce)
 	}
-	s.spec.quietRecords(out, func(r *kgo.Record) { s.produce(ctx, r) })
-	if n := len(out.Candles); n > 0 {
-		s.candlesN().Add(float64(n))
-	}
-	for i := range out.Rejected {
-		r := &out.Rejected[i]
-		s.produce(ctx, deadLetter(s.e.g.deadLetterTopic(), s.spec.Name, s.spec.InputTopic, r))
-		s.e.m.rejected.WithLabelValues(s.spec.Name, string(r.Reason)).Inc()
-		s.log.Debug("record rejected", "reason", r.Reason, "detail", r.Detail, "key", r.Key, "partition", r.Partition, "offset", r.Offset)
-	}
-}
-
-// candlesN is the counter of the candles the stage produced, resolved on
-// first use: a stage that writes no candles has no series.
-func (s *liveStage) candlesN() prometheus.Counter {
-	s.candlesOnce.Do(func() {
-		s.candles = s.e.m.candles.WithLabelValues(s.spec.Name, s.spec.Timeframe.String())
-	})
-	return s.candles
 }
 
 func (s *liveStage) begin() error {
@@ -791,61 +705,15 @@ func (s *liveStage) commit(ctx context.Context) error {
 			s.produce(ctx, r)
 		}
 		if ps.consumed || snap {
-			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: encodeProgress(ps)})
+			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: progressOf(ps.proc, ps.nextInput, "").encode()})
 		}
 	}
-	start := time.Now()
-	endCtx, cancel := s.endContext(ctx)
-	defer cancel()
-	endCtx = s.withSnapMetadata(endCtx)
-	try := kgo.TryCommit
-	if err := s.sess.Client().Flush(endCtx); err != nil {
-		try = kgo.TryAbort
-	}
-	s.prodMu.Lock()
-	prodErr := s.prodErr
-	s.prodMu.Unlock()
-	if prodErr != nil {
-		s.log.Warn("produce failed; aborting transaction", "err", prodErr)
-		try = kgo.TryAbort
-	}
-	if try == kgo.TryCommit && !consumed {
-		if err := s.proveMembership(endCtx); err != nil {
-			s.log.Warn("a transaction without input could not prove group membership; aborting it (a rebalance moved our partitions, or we were paused past the session timeout)", "err", err)
-			try = kgo.TryAbort
-		}
-	}
-	committed, err := s.sess.End(endCtx, try)
-	if err != nil && !isFatalTxnErr(err) {
-		// franz-go keeps the transaction open when EndTxn fails (e.g. a
-		// zombie that was fenced while paused); the documented cure is an
-		// abort retry, which resets the producer. Without it the next
-		// Begin fails with "already in a transaction" and the stage dies.
-		for range 3 {
-			_, aerr := s.sess.End(endCtx, kgo.TryAbort)
-			if aerr == nil || isFatalTxnErr(aerr) {
-				break
-			}
-			s.log.Warn("abort after a failed end of transaction failed; retrying", "err", aerr)
-		}
-	}
-	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
-	s.inTxn = false
+	committed, err := s.end(ctx, kgo.TryCommit, consumed)
 	pending, clMax, snaps := s.pending, s.clMax, s.snaps
 	s.pending, s.clMax, s.prodErr, s.snaps = nil, map[int32]int64{}, nil, map[int32]*pendingSnap{}
 	if err != nil || !committed {
-		s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
-		s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
-		// Drop every partition: handleEvents rebuilds the ones the group
-		// still gives us from Pebble + changelog, which hold the last commit.
-		// A partition revoked meanwhile is not rebuilt (no ghost owner).
-		clear(s.parts)
-		if err != nil && isFatalTxnErr(err) {
-			return fmt.Errorf("stage %s: end transaction: %w", s.spec.Name, err)
-		}
-		return nil
+		return err
 	}
-	s.e.m.transactions.WithLabelValues(s.spec.Name, "committed").Inc()
 	batch := s.e.store.NewBatch()
 	for _, pe := range pending {
 		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)
@@ -868,6 +736,103 @@ func (s *liveStage) commit(ctx context.Context) error {
 		}
 	}
 	return batch.Commit()
+}
+
+// end ends the open transaction with try (the commit's end, or an abort)
+// and reports whether it committed. When it did not, every partition is
+// dropped: handleEvents rebuilds the ones the group still gives us from
+// Pebble + changelog, which hold the last commit (a partition revoked
+// meanwhile is not rebuilt: no ghost owner). An error means the producer
+// is fenced, or its transaction could be neither ended nor aborted: its
+// state is unknown (the next Begin would fail with "already in a
+// transaction"), so the stage must drop its clients and be rebuilt
+// (supervise).
+func (s *liveStage) end(ctx context.Context, try kgo.TransactionEndTry, consumed bool) (bool, error) {
+	start := time.Now()
+	endCtx, cancel := s.endContext(ctx)
+	defer cancel()
+	endCtx = s.withSnapMetadata(endCtx)
+	if try == kgo.TryCommit {
+		if err := s.sess.Client().Flush(endCtx); err != nil {
+			try = kgo.TryAbort
+		}
+	}
+	s.prodMu.Lock()
+	prodErr := s.prodErr
+	s.prodMu.Unlock()
+	if prodErr != nil && try == kgo.TryCommit {
+		s.log.Warn("produce failed; aborting transaction", "err", prodErr)
+		try = kgo.TryAbort
+	}
+	if try == kgo.TryCommit && !consumed {
+		if err := s.proveMembership(endCtx); err != nil {
+			s.log.Warn("a transaction without input could not prove group membership; aborting it (a rebalance moved our partitions, or we were paused past the session timeout)", "err", err)
+			try = kgo.TryAbort
+		}
+	}
+	committed, err := s.endTxn(endCtx, try)
+	if err != nil && !isFatalTxnErr(err) && !isFencedProducer(err) {
+		// franz-go keeps the transaction open when EndTxn fails (e.g. a
+		// zombie that was fenced while paused); the documented cure is an
+		// abort retry, which resets the producer. Without it the next
+		// Begin fails with "already in a transaction".
+		aborted := false
+		for range 3 {
+			_, aerr := s.endTxn(endCtx, kgo.TryAbort)
+			if aerr == nil {
+				aborted = true
+				break
+			}
+			if isFatalTxnErr(aerr) || isFencedProducer(aerr) {
+				err = aerr
+				break
+			}
+			s.log.Warn("abort after a failed end of transaction failed; retrying", "err", aerr)
+		}
+		if aborted {
+			err = nil // the transaction is aborted: rebuild the partitions, keep the client
+		} else if !isFatalTxnErr(err) && !isFencedProducer(err) {
+			err = fmt.Errorf("%w: %w", errTxnUnknown, err)
+		}
+	}
+	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
+	s.inTxn = false
+	if err == nil && committed {
+		s.e.m.transactions.WithLabelValues(s.spec.Name, "committed").Inc()
+		return true, nil
+	}
+	s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
+	s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
+	clear(s.parts)
+	if err != nil {
+		return false, fmt.Errorf("stage %s: end transaction: %w", s.spec.Name, err)
+	}
+	return false, nil
+}
+
+// errTxnUnknown: a transaction could be neither committed nor aborted, so
+// the producer's state is unknown; only a new client can go on.
+var errTxnUnknown = errors.New("the transaction could not be ended nor aborted")
+
+// endTxn ends the session's transaction (a hook for fault-injection tests
+// when e.endTxnHook is set).
+func (s *liveStage) endTxn(ctx context.Context, try kgo.TransactionEndTry) (bool, error) {
+	if h := s.e.endTxnHook; h != nil {
+		return h(ctx, s.sess, try)
+	}
+	return s.sess.End(ctx, try)
+}
+
+// abort aborts the open transaction (if any) and drops every partition, to
+// be rebuilt from the last commit.
+func (s *liveStage) abort(ctx context.Context) error {
+	if !s.inTxn {
+		clear(s.parts)
+		return nil
+	}
+	_, err := s.end(ctx, kgo.TryAbort, false)
+	s.pending, s.clMax, s.prodErr, s.snaps = nil, map[int32]int64{}, nil, map[int32]*pendingSnap{}
+	return err
 }
 
 func cloneOrNil(v []byte) []byte {
@@ -941,24 +906,8 @@ type PartitionProgress struct {
 	HasWatermark bool
 }
 
-func encodeProgress(ps *partState) []byte {
-	v := binary.BigEndian.AppendUint64(nil, uint64(ps.nextInput))
-	w, ok := watermarkOf(ps.proc)
-	v = binary.BigEndian.AppendUint64(v, uint64(w))
-	if ok {
-		return append(v, 1)
-	}
-	return append(v, 0)
-}
-
 // DecodeProgress reads the value of a changelog progress record ("o").
 func DecodeProgress(v []byte) (PartitionProgress, bool) {
-	if len(v) < 8 {
-		return PartitionProgress{}, false
-	}
-	p := PartitionProgress{NextInput: int64(binary.BigEndian.Uint64(v))}
-	if len(v) >= 17 {
-		p.Watermark, p.HasWatermark = int64(binary.BigEndian.Uint64(v[8:])), v[16] == 1
-	}
-	return p, true
+	p, ok := decodeUnitProgress(v)
+	return PartitionProgress{NextInput: p.next, Watermark: p.wm, HasWatermark: p.hasWM}, ok
 }

@@ -25,11 +25,15 @@ const (
 	ReasonLate          Reason = "late"
 	ReasonDuplicate     Reason = "duplicate"
 	ReasonFuture        Reason = "future"
+	// ReasonInternalError: the processor panicked on the record twice; the
+	// engine skips it so that one record cannot stop its partition.
+	ReasonInternalError Reason = "internal_error"
 )
 
 // Reasons lists every reason code (for metrics and docs).
 var Reasons = []Reason{ReasonMalformedJSON, ReasonNotObject, ReasonMissingField, ReasonInvalidPrice,
-	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonInvalidKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture}
+	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonInvalidKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture,
+	ReasonInternalError}
 
 // Record is one input record and where it came from.
 type Record struct {

@@ -9,7 +9,9 @@ import (
 	"github.com/kandle/kandle/topology/spec"
 )
 
-// Stage is one processor with its input, as the engine runs it.
+// Stage is one processor with its input, as the engine runs it: the
+// topology compiled once, so that the engine builds its stages from Stages
+// alone.
 type Stage struct {
 	Name      string
 	Processor *Processor
@@ -18,6 +20,13 @@ type Stage struct {
 	Input    string
 	Source   *Source    // kind candles: the source whose trades are read
 	Upstream *Processor // kind rollup: the processor whose output topic is read
+	// Kind is the processor's registered kind (nil: unknown, which Parse
+	// never returns), Facts what it declares.
+	Kind  ProcessorKind
+	Facts KindFacts
+	// Timeframe is the processor's timeframe in its zone (zero when the
+	// kind has none).
+	Timeframe candle.Timeframe
 }
 
 // Stages returns the processors in dependency order: every rollup after the
@@ -36,8 +45,11 @@ func (t *Topology) Stages() []Stage {
 			visit(p.From, depth+1)
 		}
 		done[name] = true
-		st := Stage{Name: name, Processor: p, Input: p.From}
-		if k, ok := t.KindOf(p); ok && k.Facts().FromProcessor {
+		st := Stage{Name: name, Processor: p, Input: p.From, Timeframe: t.TimeframeOf(p)}
+		if k, ok := t.KindOf(p); ok {
+			st.Kind, st.Facts = k, k.Facts()
+		}
+		if st.Facts.FromProcessor {
 			st.Upstream = t.Processors[p.From]
 		} else {
 			st.Source = t.Sources[p.From]

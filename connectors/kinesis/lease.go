@@ -22,6 +22,7 @@ const (
 	attrOwner      = "owner"
 	attrCounter    = "lease_counter"
 	attrCheckpoint = "checkpoint"
+	attrMeta       = "checkpoint_meta" // what the handler recorded with its checkpoint (CheckpointMeta)
 	attrParents    = "parents"
 	attrRenewal    = "last_renewal" // informational only: expiry never reads it
 )
@@ -32,6 +33,7 @@ type leaseItem struct {
 	Owner      string
 	Counter    int64
 	Checkpoint string
+	Meta       string
 	Parents    []string
 }
 
@@ -47,6 +49,7 @@ type Lease struct {
 	counter    int64
 	renewed    time.Time // local clock, last successful write
 	checkpoint string
+	meta       string
 	lost       bool
 }
 
@@ -74,6 +77,26 @@ func (l *Lease) Checkpoint(ctx context.Context, seq string) error {
 	return l.write(ctx, "SET #cp = :cp, #ren = :now ADD #cnt :one",
 		map[string]types.AttributeValue{":cp": &types.AttributeValueMemberS{Value: seq}},
 		func() { l.checkpoint = seq })
+}
+
+// LastMeta returns what the handler last recorded with a checkpoint
+// (CheckpointMeta), as read when the lease was taken or last written.
+func (l *Lease) LastMeta() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.meta
+}
+
+// CheckpointMeta is Checkpoint that also records meta, a string of the
+// handler's own (kandle: where the shard's last changelog snapshot
+// starts), which the next owner reads with LastMeta.
+func (l *Lease) CheckpointMeta(ctx context.Context, seq, meta string) error {
+	if seq == "" {
+		return errors.New("kinesis: checkpoint needs a sequence number")
+	}
+	return l.write(ctx, "SET #cp = :cp, #md = :md, #ren = :now ADD #cnt :one",
+		map[string]types.AttributeValue{":cp": &types.AttributeValueMemberS{Value: seq}, ":md": &types.AttributeValueMemberS{Value: meta}},
+		func() { l.checkpoint, l.meta = seq, meta })
 }
 
 // renew bumps the counter so observers see the lease alive.
@@ -127,6 +150,9 @@ func (l *Lease) write(ctx context.Context, update string, vals map[string]types.
 	}
 	if _, ok := vals[":cp"]; ok {
 		names["#cp"] = attrCheckpoint
+	}
+	if _, ok := vals[":md"]; ok {
+		names["#md"] = attrMeta
 	}
 	vals[":o"] = &types.AttributeValueMemberS{Value: l.owner}
 	vals[":one"] = num(1)
@@ -366,7 +392,7 @@ func (t *leaseTable) take(ctx context.Context, it leaseItem, owner string) (*Lea
 	}
 	now, _ := t.decode(out.Attributes)
 	return &Lease{t: t, shardID: it.ShardID, owner: owner, counter: now.Counter,
-		renewed: t.clock.Now(), checkpoint: now.Checkpoint}, nil
+		renewed: t.clock.Now(), checkpoint: now.Checkpoint, meta: now.Meta}, nil
 }
 
 func decodeLease(m map[string]types.AttributeValue) leaseItem {
@@ -382,6 +408,9 @@ func decodeLease(m map[string]types.AttributeValue) leaseItem {
 	}
 	if v, ok := m[attrCheckpoint].(*types.AttributeValueMemberS); ok {
 		it.Checkpoint = v.Value
+	}
+	if v, ok := m[attrMeta].(*types.AttributeValueMemberS); ok {
+		it.Meta = v.Value
 	}
 	if v, ok := m[attrParents].(*types.AttributeValueMemberSS); ok {
 		it.Parents = v.Value

@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/kandle/kandle/connectors/sinkkit"
+	"github.com/kandle/kandle/processors"
+)
+
+// Recovery: a stage never takes the process down with it. What a stage's
+// run returns while kandle is not stopping — a broker or client error, a
+// transaction that could not be ended nor aborted (the producer's state is
+// then unknown), a fenced producer, a recovered panic — drops the stage's
+// clients and its in-memory state; supervise builds it again, which
+// restores from the last commit and rejoins the group (or retakes the
+// leases), after a backoff. Only building a stage can fail kandle (its
+// configuration), besides the checks Run makes before any stage starts.
+//
+// A panic inside a processor is caught where the processor is called
+// (processGuarded) and ends the open transaction like an abort: the
+// partition is rebuilt from its last commit and its records are read again.
+// The engine remembers the record that panicked (stage, partition or shard,
+// position); when the same record has panicked the processor twice, it is
+// no longer given to the processor but dead-lettered with reason
+// internal_error (the stack is in the log of each panic), so one record
+// cannot make a group loop on it.
+
+// panicLimit is how many times a record may panic its processor before it
+// is dead-lettered instead of processed.
+const panicLimit = 2
+
+// errProcessorPanic marks the error of a recovered processor panic.
+var errProcessorPanic = errors.New("processor panicked")
+
+// panicKey names one input record of one stage: the partition (Kafka) or
+// shard (Kinesis) and its position in it.
+type panicKey struct {
+	stage, src string
+	pos        int64
+}
+
+// panicBook counts the panics of each record for the engine's lifetime
+// (across stage rebuilds, which is what makes a record's second panic its
+// last).
+type panicBook struct {
+	mu sync.Mutex
+	n  map[panicKey]int
+}
+
+func (b *panicBook) count(k panicKey) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.n[k]
+}
+
+func (b *panicBook) add(k panicKey) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n == nil {
+		b.n = map[panicKey]int{}
+	}
+	b.n[k]++
+	return b.n[k]
+}
+
+// processGuarded gives rec to proc like stageSpec.process, but a panic of
+// the processor is recovered and returned (wrapping errProcessorPanic,
+// with the stack logged); the processor's state is then undefined and the
+// caller must rebuild it from its last commit. A record that already
+// panicked panicLimit times is dead-lettered (internal_error) instead.
+// src names the partition or shard, pos the record's position in it.
+func (e *Engine) processGuarded(spec *stageSpec, proc processor, src string, pos int64, rec processors.Record, out *processors.Output) (err error) {
+	key := panicKey{spec.Name, src, pos}
+	if n := e.panics.count(key); n >= panicLimit {
+		out.Rejected = append(out.Rejected, processors.Rejection{Reason: processors.ReasonInternalError,
+			Detail:    "the processor panicked on this record " + strconv.Itoa(n) + " times (the stacks are in the log); it is skipped",
+			Key:       printableKey(rec.Key),
+			Partition: rec.Partition, Offset: rec.Offset, Value: rec.Value})
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			n := e.panics.add(key)
+			e.m.panics.WithLabelValues(spec.Name).Inc()
+			e.log.Error("processor panicked; rebuilding the partition from its last commit", "stage", spec.Name,
+				"source", src, "position", pos, "panic", fmt.Sprint(r), "times", n, "stack", string(debug.Stack()))
+			err = fmt.Errorf("stage %s %s position %d: %w: %v", spec.Name, src, pos, errProcessorPanic, r)
+		}
+	}()
+	spec.process(proc, rec, out)
+	return nil
+}
+
+// printableKey is the record key for a dead letter's key member: the key
+// when it is text, else none (the record itself is in the dead letter).
+func printableKey(k []byte) string {
+	if !utf8.Valid(k) {
+		return ""
+	}
+	return string(k)
+}
+
+// recovered turns a panic of fn into an error (with the stack logged), for
+// the goroutines a stage owns.
+func (e *Engine) recovered(stage string, fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.m.panics.WithLabelValues(stage).Inc()
+			e.log.Error("stage panicked; rebuilding it from the last commit", "stage", stage, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("stage %s: %w: %v", stage, errProcessorPanic, r)
+		}
+	}()
+	return fn()
+}
+
+// Restart backoff of a stage that failed: doubling from restartMin up to
+// restartMax; a stage that ran restartReset without failing starts over.
+const (
+	restartMin   = time.Second
+	restartMax   = 30 * time.Second
+	restartReset = time.Minute
+)
+
+// supervise runs a stage until ctx ends. run is the stage built by the
+// caller (a configuration error there stops kandle before it starts);
+// whenever run fails while ctx is live, the stage is logged, counted and
+// built again with build after a backoff — its new clients rejoin and
+// restore from the last commit. supervise returns nil once ctx ends, or
+// build's error (configuration).
+func (e *Engine) supervise(ctx context.Context, name string, run func(context.Context) error, build func() (func(context.Context) error, error)) error {
+	wait := restartMin
+	for {
+		began := time.Now()
+		err := e.recovered(name, func() error { return run(ctx) })
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped by itself")
+		}
+		if time.Since(began) >= restartReset {
+			wait = restartMin
+		}
+		e.m.restarts.WithLabelValues(name).Inc()
+		if isFencedProducer(err) {
+			e.log.Warn("stage fenced: this instance lost its partitions while it was paused; rejoining with a new producer",
+				"stage", name, "err", err)
+		} else {
+			e.log.Error("stage failed; dropping its clients and rebuilding it from the last commit", "stage", name, "err", err, "retry_in", wait)
+		}
+		e.health.moved(name, "", nil) // not in sync again before its first turn
+		if sinkkit.Sleep(ctx, wait) != nil {
+			return nil
+		}
+		wait = min(2*wait, restartMax)
+		if run, err = build(); err != nil {
+			return err
+		}
+	}
+}
