@@ -6,9 +6,13 @@ package processors
 
 import "github.com/kandle/kandle/candle"
 
-// advance emits, in (close time, key) order, every window with close ≤ W.
+// advance raises W to max event time − lateness (W never goes back) and
+// emits, in (close time, key) order, every window with close ≤ W.
 func (a *Aggregator) advance(out *Output) {
-	wm := a.maxTS - a.lateness
+	if w := a.maxTS - a.lateness; w > a.wm {
+		a.wm = w
+	}
+	wm := a.wm
 	for len(a.heap) > 0 && a.heap[0].pending <= wm {
 		a.emitOne(a.heap[0], out)
 	}
