@@ -90,13 +90,11 @@ type FieldChange struct {
 func RuleWhy(name string) string {
 	switch name {
 	case "lateness":
-		return "decides which trades are late from now on; the watermark is stored and never goes back, " +
-			"so a longer lateness holds it still until event time catches up and no emitted window reopens"
+		return "decides which trades are late from now on; the stored watermark never goes back"
 	case "max_idle":
-		return "decides where a key's run of gap candles ends from now on; " +
-			"runs that ended stay ended, a running one ends at its next window past the new bound"
+		return "decides where runs of gap candles end from now on; ended runs stay ended"
 	case "idle_timeout":
-		return "decides when an idle live partition's watermark follows the clock from now on"
+		return "decides when an idle live partition follows the clock from now on"
 	case "max_future":
 		return "decides which records are too far ahead of the clock from now on"
 	}
