@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -98,6 +99,12 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 		t.Errorf("stored fingerprints changed by a refused start: %v", stored)
 	}
 
+	// Records of an older kandle (fingerprint version 1, which listed the
+	// rules as incompatible) keep the state too: the edit below starts on
+	// them, and c1m's lateness then is carried on for state entries
+	// written before the watermark was stored.
+	writeVersion1(t, f, orig)
+
 	// A compatible edit: the rules of c1m. The longer lateness holds c1m's
 	// stored watermark still until event time catches up (the input
 	// disorder is within both latenesses, so the replay under the new
@@ -114,8 +121,44 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 	}
 	for _, name := range []string{"c1m", "c5m", "c1h", "d5m"} {
 		now, _ := f.top.Fingerprint(name)
-		if got := stored[name].Encode(); string(got) != string(now.Encode()) {
-			t.Errorf("after the rule edit %s's recorded fingerprint is %s, want %s", name, got, now.Encode())
+		if got := stored[name]; len(now.Changes(got)) != 0 || len(now.CompatibleChanges(got)) != 0 {
+			t.Errorf("after the rule edit %s's recorded fingerprint is %s, want %s", name, got.Encode(), now.Encode())
+		}
+	}
+	if d, ok := stored["c1m"].StateLateness(); !ok || d != 2*time.Second {
+		t.Errorf("c1m's record lost the lateness of its version 1 record: %s", stored["c1m"].Encode())
+	}
+}
+
+// writeVersion1 records top's fingerprints as a kandle from before
+// fingerprint version 2 did: lateness and max_idle in every candles
+// processor's fields and in the "from." copies of its rollups.
+func writeVersion1(t *testing.T, f *fixture, top *topology.Topology) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for name := range top.Processors {
+		fp, err := top.Fingerprint(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields [][2]string
+		for _, fl := range fp.Fields {
+			if strings.HasSuffix(fl.Name, "lateness") || strings.HasSuffix(fl.Name, "max_idle") {
+				continue
+			}
+			fields = append(fields, [2]string{fl.Name, fl.Value})
+			if strings.HasSuffix(fl.Name, "gap_fill") { // where version 1 listed the rules
+				pre := strings.TrimSuffix(fl.Name, "gap_fill")
+				fields = append(fields, [2]string{pre + "lateness", "2s"}, [2]string{pre + "max_idle", "24h0m0s"})
+			}
+		}
+		v1, _ := json.Marshal(map[string]any{"v": 1, "processor": name, "fields": fields})
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: engine.FingerprintTopic(top), Key: []byte(name), Value: v1}).FirstErr(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
