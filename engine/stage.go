@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/internal/invariant"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
 )
@@ -846,6 +847,7 @@ func (s *liveStage) commit(ctx context.Context) error {
 		return nil
 	}
 	s.e.m.transactions.WithLabelValues(s.spec.Name, "committed").Inc()
+	invariant.Check(err == nil && committed, "stage %s: Pebble written after a transaction that did not commit (it would be ahead of the changelog)", s.spec.Name)
 	batch := s.e.store.NewBatch()
 	for _, pe := range pending {
 		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)

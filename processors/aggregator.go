@@ -9,6 +9,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/invariant"
 )
 
 // CandleConfig configures an Aggregator.
@@ -81,6 +82,8 @@ type Aggregator struct {
 	active []*keyState // changed since the last Active call
 
 	orphans map[string][]idChunk // restored id chunks waiting for their key entry
+
+	finals finals // the invariants build only
 
 	trade   candle.Trade
 	winPool []*window
@@ -175,7 +178,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
 		keyCheck: cfg.Decoder.cfg.KeyCheck, rollups: slices.Clone(cfg.Rollups),
 		dec: cfg.Decoder, clock: clock,
-		keys: newTable[*keyState](),
+		keys: newTable[*keyState](), finals: newFinals(),
 	}, nil
 }
 
@@ -305,6 +308,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	}
 	a.schedule(k)
 	if !a.hasMax || t.TS > a.maxTS {
+		if invariant.Enabled {
+			invariant.Check(!a.hasMax || t.TS > a.maxTS, "aggregator %s: max event time went back from %s to %s", a.tfName, fmtMS(a.maxTS), fmtMS(t.TS))
+		}
 		if !a.hasMax {
 			a.wm = t.TS - a.lateness
 		}
