@@ -234,7 +234,7 @@ func (e *Engine) hasState(ctx context.Context, cl *kgo.Client, stage string) (bo
 	return has, nil
 }
 
-// incompatibleLine is "processor c5m: timeframe 5m → 3m, lateness 2s → 5s".
+// incompatibleLine is "processor c5m: timeframe 5m → 3m, dedupe true → false".
 func incompatibleLine(name string, changes []topology.FieldChange) string {
 	parts := make([]string, len(changes))
 	for i, c := range changes {
