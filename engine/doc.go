@@ -250,16 +250,23 @@
 // # State fingerprints
 //
 // The state of a processor means something only under the settings it was
-// built with: its timeframe and zone, lateness, max_idle, dedupe, gap_fill,
-// the record fields and input it decodes, and for a rollup the whole chain
-// it is built from (topology.Fingerprint lists them; every other setting is
-// compatible). Before any stage starts, Run compares the fingerprint of each
+// built with: its timeframe and zone, dedupe, gap_fill, the record fields
+// and input it decodes, and for a rollup the whole chain it is built from
+// (topology.Fingerprint lists them; every other setting is compatible). The
+// rules lateness and max_idle are listed too, as compatible changes: they
+// decide from now on (the aggregator stores its watermark, which never goes
+// back). Before any stage starts, Run compares the fingerprint of each
 // processor it runs with the one recorded on the brokers, in the compacted
 // topic <name>.fingerprints (key: processor name; see fingerprint.go):
 //
 //   - none recorded (a new processor, or state from before fingerprints):
 //     the current one is recorded;
 //   - equal: nothing to do;
+//   - only compatible changes (rules, a rollup removed, a record of an
+//     older version): the current one is recorded, carrying the lateness
+//     of a version 1 record (topology.Fingerprint.Legacy), which the
+//     processors get as processors.CandleConfig.StateLateness to restore
+//     the watermark of partition entries written before it was stored;
 //   - different, and the processor has state (a changelog record or a
 //     committed input offset): Run fails with ErrIncompatibleState, naming
 //     each processor and changed setting and what to do (undo the edit,
@@ -270,8 +277,9 @@
 //     recorded.
 //
 // Pebble keeps the fingerprint its local state of each stage was written
-// under (state.Store.Fingerprint). Local state under another fingerprint —
-// or with none — is dropped before the stages start, so restore reads the
+// under (state.Store.Fingerprint). Local state under an incompatible
+// fingerprint — or with none — is dropped before the stages start (a
+// compatible change only records the new one), so restore reads the
 // changelog from its start instead of mixing a stale cache into it. The
 // check runs before restore, so a restored partition always matches the
 // topology it runs under. `kandle plan` reads the same records to show, per

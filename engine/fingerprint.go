@@ -126,6 +126,7 @@ func (e *Engine) checkFingerprints(ctx context.Context) error {
 	type localReset struct {
 		stage string
 		fp    []byte
+		drop  bool // else only the fingerprint is recorded again
 	}
 	var resets []localReset
 	for _, s := range e.g.stages {
@@ -136,25 +137,42 @@ func (e *Engine) checkFingerprints(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		old, recorded := stored[s.Name]
+		if recorded {
+			cur = cur.Carry(old)
+			if d, ok := old.StateLateness(); ok {
+				s.stateLateness = &d
+			}
+		}
 		// Local state is a cache of the changelog: if it was written under
-		// other settings (or before fingerprints were kept, or before an
-		// operator reset the processor), drop it; restore then reads the
-		// changelog from its start.
+		// incompatible settings (or before fingerprints were kept, or
+		// before an operator reset the processor), drop it; restore then
+		// reads the changelog from its start. Compatible changes (rules,
+		// a record from an older kandle) keep it.
 		enc := cur.Encode()
 		if have, ok, err := e.store.Fingerprint(s.Name); err != nil {
 			return err
 		} else if !ok || !bytes.Equal(have, enc) {
+			drop := true
 			if ok {
-				e.log.Info("local state was written under other settings: dropped, to be rebuilt from the changelog", "processor", s.Name)
+				if was, err := topology.DecodeFingerprint(have); err == nil && len(cur.Changes(was)) == 0 {
+					drop = false
+				} else {
+					e.log.Info("local state was written under other settings: dropped, to be rebuilt from the changelog", "processor", s.Name)
+				}
 			}
-			resets = append(resets, localReset{s.Name, enc})
+			resets = append(resets, localReset{s.Name, enc, drop})
 		}
-		if old, ok := stored[s.Name]; ok {
+		if recorded {
 			changes := cur.Changes(old)
 			if len(changes) == 0 {
-				// Compatible changes (rollups removed) are recorded, so
-				// that adding one back later is seen as new.
-				if len(cur.CompatibleChanges(old)) > 0 {
+				// Compatible changes (rules, rollups removed, a record
+				// from an older kandle) are recorded, so that adding a
+				// rollup back later is seen as new.
+				if !bytes.Equal(enc, old.Encode()) {
+					for _, c := range cur.CompatibleChanges(old) {
+						e.log.Info("setting changed; the state is kept", "processor", s.Name, "change", c.String(), "why", c.Why)
+					}
 					write = append(write, &kgo.Record{Topic: topic, Key: []byte(s.Name), Value: enc})
 				}
 				continue
@@ -177,7 +195,9 @@ func (e *Engine) checkFingerprints(ctx context.Context) error {
 	if len(resets) > 0 {
 		local := e.store.NewBatch()
 		for _, r := range resets {
-			local.DropStage(r.stage)
+			if r.drop {
+				local.DropStage(r.stage)
+			}
 			local.SetFingerprint(r.stage, r.fp)
 		}
 		if err := local.Commit(); err != nil {
@@ -214,7 +234,7 @@ func (e *Engine) hasState(ctx context.Context, cl *kgo.Client, stage string) (bo
 	return has, nil
 }
 
-// incompatibleLine is "processor c5m: timeframe 5m → 3m, lateness 2s → 5s".
+// incompatibleLine is "processor c5m: timeframe 5m → 3m, dedupe true → false".
 func incompatibleLine(name string, changes []topology.FieldChange) string {
 	parts := make([]string, len(changes))
 	for i, c := range changes {

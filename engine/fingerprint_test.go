@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -47,7 +48,8 @@ func (f *fixture) runFor(dir string, d time.Duration) error {
 // An edit that changes what a processor's state means is refused at start,
 // naming every affected processor and what changed; the state on the broker
 // is untouched, so undoing the edit runs on as before. A compatible edit
-// (idle_timeout, max_future) just runs, and the outputs stay exact.
+// (the rules lateness, max_idle, idle_timeout, max_future) starts on the
+// existing state, is recorded, and the outputs stay exact.
 func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 	f := newFixture(t)
 	dir := t.TempDir()
@@ -63,20 +65,20 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 	r.stop(t)
 	next, end := segmentAfter(f.clock)
 
-	// lateness of c1m: c1m, and the rollups built on it, refuse.
-	f.top = f.reparse("c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s,", "c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 5s,")
+	// dedupe of c1m: c1m, and the rollups built on it, refuse.
+	f.top = f.reparse("c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s,", "c1m: {kind: candles, from: trades, timeframe: 1m, lateness: 2s, dedupe: false,")
 	start := time.Now()
 	err := f.runFor(dir, 60*time.Second)
 	if !errors.Is(err, engine.ErrIncompatibleState) {
-		t.Fatalf("start with lateness 2s → 5s: err = %v, want ErrIncompatibleState", err)
+		t.Fatalf("start with dedupe true → false: err = %v, want ErrIncompatibleState", err)
 	}
 	if time.Since(start) > 30*time.Second {
 		t.Errorf("refusal took %s", time.Since(start))
 	}
 	for _, want := range []string{
-		"processor c1m: lateness 2s → 5s since its state was written",
-		"processor c5m: from.lateness 2s → 5s since its state was written",
-		"processor c1h: from.from.lateness 2s → 5s since its state was written",
+		"processor c1m: dedupe true → false since its state was written",
+		"processor c5m: from.dedupe true → false since its state was written",
+		"processor c1h: from.from.dedupe true → false since its state was written",
 		"give each processor listed a new name", "undo the edit", "kandle plan -t e2e.yaml",
 	} {
 		if !strings.Contains(err.Error(), want) {
@@ -97,13 +99,68 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 		t.Errorf("stored fingerprints changed by a refused start: %v", stored)
 	}
 
-	// A compatible edit: idle_timeout and max_future of c1m.
-	f.top = f.reparse("lateness: 2s, output: {topic: c.1m", "lateness: 2s, idle_timeout: 1h, max_future: 2s, output: {topic: c.1m")
+	// Records of an older kandle (fingerprint version 1, which listed the
+	// rules as incompatible) keep the state too: the edit below starts on
+	// them, and c1m's lateness then is carried on for state entries
+	// written before the watermark was stored.
+	writeVersion1(t, f, orig)
+
+	// A compatible edit: the rules of c1m. The longer lateness holds c1m's
+	// stored watermark still until event time catches up (the input
+	// disorder is within both latenesses, so the replay under the new
+	// settings is what an uninterrupted run gives).
+	f.top = f.reparse("lateness: 2s, output: {topic: c.1m", "lateness: 5s, max_idle: 30m, idle_timeout: 1h, max_future: 2s, output: {topic: c.1m")
 	f.produce(3000, 2, next, end.Sub(next))
 	f.clock = clockAt(end)
 	r = f.start(dir, "a")
 	f.waitFor(f.replay(), 90*time.Second)
 	r.stop(t)
+	stored, serr = engine.StoredFingerprints(context.Background(), f.top, f.seeds)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	for _, name := range []string{"c1m", "c5m", "c1h", "d5m"} {
+		now, _ := f.top.Fingerprint(name)
+		if got := stored[name]; len(now.Changes(got)) != 0 || len(now.CompatibleChanges(got)) != 0 {
+			t.Errorf("after the rule edit %s's recorded fingerprint is %s, want %s", name, got.Encode(), now.Encode())
+		}
+	}
+	if d, ok := stored["c1m"].StateLateness(); !ok || d != 2*time.Second {
+		t.Errorf("c1m's record lost the lateness of its version 1 record: %s", stored["c1m"].Encode())
+	}
+}
+
+// writeVersion1 records top's fingerprints as a kandle from before
+// fingerprint version 2 did: lateness and max_idle in every candles
+// processor's fields and in the "from." copies of its rollups.
+func writeVersion1(t *testing.T, f *fixture, top *topology.Topology) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for name := range top.Processors {
+		fp, err := top.Fingerprint(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fields [][2]string
+		for _, fl := range fp.Fields {
+			if strings.HasSuffix(fl.Name, "lateness") || strings.HasSuffix(fl.Name, "max_idle") {
+				continue
+			}
+			fields = append(fields, [2]string{fl.Name, fl.Value})
+			if strings.HasSuffix(fl.Name, "gap_fill") { // where version 1 listed the rules
+				pre := strings.TrimSuffix(fl.Name, "gap_fill")
+				fields = append(fields, [2]string{pre + "lateness", "2s"}, [2]string{pre + "max_idle", "24h0m0s"})
+			}
+		}
+		v1, _ := json.Marshal(map[string]any{"v": 1, "processor": name, "fields": fields})
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: engine.FingerprintTopic(top), Key: []byte(name), Value: v1}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // A processor whose state the operator removed (changelog topic and
@@ -116,8 +173,8 @@ func TestResetProcessorTakesNewSettings(t *testing.T) {
 	r := f.start(dir, "a")
 	f.waitFor(f.replay(), 90*time.Second)
 	r.stop(t)
-	f.top = f.reparse("d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 2s,", "d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 3s,")
-	if err := f.runFor(dir, 60*time.Second); !errors.Is(err, engine.ErrIncompatibleState) || !strings.Contains(err.Error(), "processor d5m: lateness 2s → 3s") {
+	f.top = f.reparse("d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 2s,", "d5m: {kind: candles, from: trades, timeframe: 5m, lateness: 2s, gap_fill: false,")
+	if err := f.runFor(dir, 60*time.Second); !errors.Is(err, engine.ErrIncompatibleState) || !strings.Contains(err.Error(), "processor d5m: gap_fill true → false") {
 		t.Fatalf("before the reset: err = %v, want d5m refused", err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(f.seeds...))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
@@ -32,13 +33,17 @@ type stageSpec struct {
 	// or through other rollups: its processor emits quiet marks for them,
 	// and its output carries them as quiet records (quiet.go).
 	rollups []candle.Timeframe
+	// stateLateness is the lateness of state entries written before the
+	// aggregator stored its watermark, from the recorded fingerprint
+	// (checkFingerprints); nil: the processor's lateness.
+	stateLateness *time.Duration
 }
 
 // newProcessor builds the processor of one input partition. live enables the
 // wall-clock idle advance.
 func (s *stageSpec) newProcessor(live bool, clock processors.Clock) (processor, error) {
 	return s.build(&Partition{Name: s.Name, Processor: s.Proc, Source: s.source, Decoder: s.decoder,
-		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups, Live: live, Clock: clock})
+		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups, Live: live, Clock: clock, StateLateness: s.stateLateness})
 }
 
 // kinesisSource returns the source of a stage that reads a Kinesis stream,

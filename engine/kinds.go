@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
@@ -41,6 +42,10 @@ type Partition struct {
 	// replays and `kandle test` run with it off.
 	Live  bool
 	Clock processors.Clock
+	// StateLateness is the lateness the stored state was written under
+	// when it is older than the stored watermark (processors.CandleConfig);
+	// nil: the processor's.
+	StateLateness *time.Duration
 }
 
 // builder builds the processor of one input partition.
@@ -77,6 +82,7 @@ func newCandles(b *Partition) (processor, error) {
 		}, processors.CandleConfig{
 			Timeframe: b.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
 			MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: b.Live, Rollups: b.Rollups,
+			StateLateness: b.StateLateness,
 		}, b.Clock)
 	}
 	dec, err := processors.NewDecoder(b.Decoder)
@@ -86,7 +92,7 @@ func newCandles(b *Partition) (processor, error) {
 	return processors.NewAggregator(processors.CandleConfig{
 		Timeframe: b.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
 		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, Dedupe: p.Dedupe, GapFill: p.GapFill,
-		Live: b.Live, Decoder: dec, Rollups: b.Rollups,
+		Live: b.Live, Decoder: dec, Rollups: b.Rollups, StateLateness: b.StateLateness,
 	}, b.Clock)
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kinesis"
+	"github.com/kandle/kandle/internal/invariant"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
 	"github.com/kandle/kandle/topology"
@@ -520,6 +521,7 @@ func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) e
 	}
 	k.e.m.transactions.WithLabelValues(k.spec.Name, "committed").Inc()
 	sh.handoff, sh.seq, sh.settled = nil, seq, true
+	invariant.Check(err == nil && try == kgo.TryCommit, "stage %s shard %s: Pebble written after a transaction that did not commit (it would be ahead of the changelog)", k.spec.Name, sh.id)
 	sh.sinceSnap += int64(len(changed))
 	mu.Lock() // the marker's promise wrote where it landed
 	placed := snap != nil && snap.placed

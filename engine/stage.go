@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/internal/invariant"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
 )
@@ -714,6 +715,7 @@ func (s *liveStage) commit(ctx context.Context) error {
 	if err != nil || !committed {
 		return err
 	}
+	invariant.Check(err == nil && committed, "stage %s: Pebble written after a transaction that did not commit (it would be ahead of the changelog)", s.spec.Name)
 	batch := s.e.store.NewBatch()
 	for _, pe := range pending {
 		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/invariant"
 )
 
 // CandleConfig configures an Aggregator.
@@ -26,10 +27,17 @@ type CandleConfig struct {
 	// key's state is freed; a later trade starts a new run without filling
 	// the silence. 0 = fill forever.
 	MaxIdle time.Duration
-	Dedupe  bool // reject repeated trade ids of a key
-	GapFill bool // emit flat gap candles for windows without trades
-	Live    bool // allow the wall-clock idle advance (replays leave it false)
-	Decoder *Decoder
+	// StateLateness is the lateness the restored state was written under
+	// when its partition entry holds no watermark (state written by a
+	// kandle from before the watermark was stored): the watermark restores
+	// as max event time − StateLateness, not − Lateness, so a lateness
+	// raised since never reopens a window that was already emitted. Nil:
+	// Lateness.
+	StateLateness *time.Duration
+	Dedupe        bool // reject repeated trade ids of a key
+	GapFill       bool // emit flat gap candles for windows without trades
+	Live          bool // allow the wall-clock idle advance (replays leave it false)
+	Decoder       *Decoder
 	// Rollups are the timeframes built from these candles, directly or
 	// through other rollups. When a key's run of candles ends (max_idle, or
 	// without gap fill its last open window), the aggregator emits a
@@ -49,6 +57,7 @@ type Aggregator struct {
 	tfName                string
 	lateness, maxFuture   int64 // ms
 	idleTimeout, maxIdle  int64 // ms
+	stateLateness         int64 // ms: see CandleConfig.StateLateness
 	dedupe, gapFill, live bool
 	keyCheck              bool
 	dec                   *Decoder
@@ -59,8 +68,12 @@ type Aggregator struct {
 	heap keyHeap
 
 	// Partition state.
-	hasMax    bool
-	maxTS     int64 // max accepted event time (or idle-advanced time)
+	hasMax bool
+	maxTS  int64 // max accepted event time (or idle-advanced time)
+	// wm is the watermark W (valid when hasMax): max event time − lateness,
+	// but never lower than it ever was, also across a restore under a
+	// longer lateness. Windows closing at or before it were emitted.
+	wm        int64
 	hasWall   bool
 	lastWall  int64 // wall time (ms) of the last record, Live only
 	partDirty bool
@@ -69,6 +82,8 @@ type Aggregator struct {
 	active []*keyState // changed since the last Active call
 
 	orphans map[string][]idChunk // restored id chunks waiting for their key entry
+
+	finals finals // the invariants build only
 
 	trade   candle.Trade
 	winPool []*window
@@ -149,20 +164,28 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 			return nil, fmt.Errorf("aggregator: %s is negative (%s): use 0 to turn it off", d.name, d.v)
 		}
 	}
+	stateLateness := cfg.Lateness
+	if cfg.StateLateness != nil {
+		if *cfg.StateLateness < 0 {
+			return nil, fmt.Errorf("aggregator: state lateness is negative (%s)", *cfg.StateLateness)
+		}
+		stateLateness = *cfg.StateLateness
+	}
 	return &Aggregator{
-		tf: cfg.Timeframe, tfName: cfg.Timeframe.String(),
+		tf: cfg.Timeframe, tfName: cfg.Timeframe.String(), stateLateness: stateLateness.Milliseconds(),
 		lateness: cfg.Lateness.Milliseconds(), maxFuture: cfg.MaxFuture.Milliseconds(),
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
 		keyCheck: cfg.Decoder.cfg.KeyCheck, rollups: slices.Clone(cfg.Rollups),
 		dec: cfg.Decoder, clock: clock,
-		keys: newTable[*keyState](),
+		keys: newTable[*keyState](), finals: newFinals(),
 	}, nil
 }
 
-// Watermark returns W = max event time − lateness; ok is false before the
-// first accepted record.
-func (a *Aggregator) Watermark() (w int64, ok bool) { return a.maxTS - a.lateness, a.hasMax }
+// Watermark returns W = max event time − lateness (never lower than it has
+// been: after a lateness was raised it holds still until the max event
+// time catches up); ok is false before the first accepted record.
+func (a *Aggregator) Watermark() (w int64, ok bool) { return a.wm, a.hasMax }
 
 func reject(out *Output, rec Record, rej Rejection) {
 	rej.Partition, rej.Offset, rej.Value = rec.Partition, rec.Offset, rec.Value
@@ -213,9 +236,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		open = a.tf.Start(t.TS)
 		close = a.tf.End(open)
 	}
-	if a.hasMax && close <= a.maxTS-a.lateness {
+	if a.hasMax && close <= a.wm {
 		reject(out, rec, Rejection{Reason: ReasonLate, Key: t.Key,
-			Detail: fmt.Sprintf("window %s of %s closed: watermark is %s", fmtMS(open), a.tfName, fmtMS(a.maxTS-a.lateness))})
+			Detail: fmt.Sprintf("window %s of %s closed: watermark is %s", fmtMS(open), a.tfName, fmtMS(a.wm))})
 		return
 	}
 	var w *window
@@ -285,6 +308,12 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	}
 	a.schedule(k)
 	if !a.hasMax || t.TS > a.maxTS {
+		if invariant.Enabled {
+			invariant.Check(!a.hasMax || t.TS > a.maxTS, "aggregator %s: max event time went back from %s to %s", a.tfName, fmtMS(a.maxTS), fmtMS(t.TS))
+		}
+		if !a.hasMax {
+			a.wm = t.TS - a.lateness
+		}
 		a.maxTS, a.hasMax, a.partDirty = t.TS, true, true
 		a.advance(out)
 	}

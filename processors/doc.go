@@ -30,8 +30,17 @@
 // does a new kind of processor, which a kind registered in the topology
 // builds per partition (engine.ProcessorKind).
 //
+// The watermark is stored with the partition's state and never goes back:
+// restored under a longer lateness it holds still until the max event time
+// less the new lateness passes it, so no emitted window reopens (lateness,
+// max_idle, idle_timeout and max_future decide from now on and may change
+// on existing state). With the build tag invariants (package
+// internal/invariant) the processors check that, and that per key a window
+// is emitted final once, in order.
+//
 // Everything here is single-goroutine and deterministic: no I/O, no
-// goroutines, no time.Now. Time comes from the records and from an injected
+// goroutines, no time.Now (internal/archtest fails on a wall-clock call
+// outside SystemClock). Time comes from the records and from an injected
 // Clock (the future guard, and the idle advance in live mode only). That is
 // what makes exactly-once work: the engine checkpoints the state entries
 // reported by Changes together with the input offset, a new owner Restores

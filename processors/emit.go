@@ -4,11 +4,24 @@ package processors
 // next window (a candle, or a gap candle with gap fill) is emitted, and the
 // key is rescheduled in the heap.
 
-import "github.com/kandle/kandle/candle"
+import (
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/internal/invariant"
+)
 
-// advance emits, in (close time, key) order, every window with close ≤ W.
+// advance raises W to max event time − lateness (W never goes back) and
+// emits, in (close time, key) order, every window with close ≤ W.
 func (a *Aggregator) advance(out *Output) {
-	wm := a.maxTS - a.lateness
+	if invariant.Enabled {
+		old := a.wm
+		defer func() {
+			invariant.Check(a.wm >= old, "aggregator %s: watermark went back from %s to %s", a.tfName, fmtMS(old), fmtMS(a.wm))
+		}()
+	}
+	if w := a.maxTS - a.lateness; w > a.wm {
+		a.wm = w
+	}
+	wm := a.wm
 	for len(a.heap) > 0 && a.heap[0].pending <= wm {
 		a.emitOne(a.heap[0], out)
 	}
@@ -39,6 +52,9 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 			return
 		}
 		c := k.prevClose
+		if invariant.Enabled {
+			a.checkFinal(k.key, k.nextOpen, k.nextClose)
+		}
 		out.Candles = append(out.Candles, candle.Candle{Symbol: k.key, Timeframe: a.tfName,
 			OpenTime: k.nextOpen, CloseTime: k.nextClose, Open: c, High: c, Low: c, Close: c, Gap: true})
 	}
@@ -108,6 +124,9 @@ func (a *Aggregator) nextMark(n, from int64) (int64, bool) {
 // emitWindow emits k's first open window as a final candle and drops it.
 func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 	w := k.wins[0]
+	if invariant.Enabled {
+		a.checkFinal(k.key, w.open, w.close)
+	}
 	out.Candles = append(out.Candles, a.candleOf(k, w))
 	k.prevClose, k.prevTS, k.hasPrev = w.c, w.cTS, true
 	k.lastN = int(min(w.n, 1<<12))
@@ -116,6 +135,15 @@ func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 	k.wins = k.wins[:len(k.wins)-1]
 	a.recycle(k, w)
 	a.touch(k)
+}
+
+// checkFinal checks (invariants build) that the window of key from open to
+// close is final: the watermark passed its close, and no later window of
+// the key was emitted before it.
+func (a *Aggregator) checkFinal(key string, open, close int64) {
+	invariant.Check(a.hasMax && close <= a.wm, "aggregator %s: key %q: window %s emitted before the watermark (%s) passed its close %s",
+		a.tfName, key, fmtMS(open), fmtMS(a.wm), fmtMS(close))
+	a.finals.emitted("aggregator "+a.tfName, key, open)
 }
 
 // recycle returns w to the pool, remembering its persisted id chunks so the

@@ -36,14 +36,19 @@ func EntryKey(entry []byte) (key string, ok bool, err error) {
 var PartitionEntry = []byte{entryPartition}
 
 // MergePartition returns the partition entry of a shard that continues the
-// given parents: the latest max event time and the latest record wall time,
-// so the child's watermark never goes back. Nil values are skipped; the
-// result is nil when all are.
+// given parents: the latest max event time, the latest record wall time and
+// the highest watermark, so the child's watermark never goes back. Nil
+// values are skipped; the result is nil when all are. The watermark is kept
+// only when every parent with a max event time stored one (else the child
+// derives it from the max event time, as for state written before
+// watermarks were stored).
 func MergePartition(vals ...[]byte) ([]byte, error) {
 	var (
 		hasMax, hasWall bool
 		maxTS, wall     int64
 		any             bool
+		wm              int64
+		wmAll, hasWM    = true, false
 	)
 	for _, v := range vals {
 		if v == nil {
@@ -54,6 +59,13 @@ func MergePartition(vals ...[]byte) ([]byte, error) {
 		}
 		r := reader{b: v[2:]}
 		m, w := r.varint(), r.varint()
+		if v[1]&1 != 0 {
+			if v[1]&partWM == 0 {
+				wmAll = false
+			} else if x := r.varint(); !hasWM || x > wm {
+				wm, hasWM = x, true
+			}
+		}
 		if r.err != nil {
 			return nil, fmt.Errorf("partition entry: %w", r.err)
 		}
@@ -68,7 +80,16 @@ func MergePartition(vals ...[]byte) ([]byte, error) {
 	if !any {
 		return nil, nil
 	}
-	out := []byte{stateVersion, boolBits(hasMax, hasWall)}
+	bits := boolBits(hasMax, hasWall)
+	keepWM := hasMax && hasWM && wmAll
+	if keepWM {
+		bits |= partWM
+	}
+	out := []byte{stateVersion, bits}
 	out = binary.AppendVarint(out, maxTS)
-	return binary.AppendVarint(out, wall), nil
+	out = binary.AppendVarint(out, wall)
+	if keepWM {
+		out = binary.AppendVarint(out, wm)
+	}
+	return out, nil
 }

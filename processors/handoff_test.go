@@ -113,6 +113,33 @@ func TestMergePartitionTakesTheLatest(t *testing.T) {
 	if w, ok := a.Watermark(); !ok || w != 9000 {
 		t.Fatalf("watermark %d %v, want 9000", w, ok)
 	}
+	// A parent whose lateness was raised keeps its watermark above its max
+	// event time less the lateness: the child takes the highest watermark,
+	// not one derived from the max event time.
+	agg := func(lateness time.Duration) *Aggregator {
+		a, _ := NewAggregator(CandleConfig{Timeframe: candle.Timeframe{N: 1, Unit: candle.Minute}, Lateness: lateness, Decoder: mustDecoder(t)}, FixedClock{})
+		return a
+	}
+	first := agg(0)
+	var out Output
+	first.Process(Record{Value: []byte(`{"symbol":"K","ts":9500,"price":"1","qty":"1"}`)}, &out)
+	st := store{}
+	st.apply(first)
+	raised := agg(5 * time.Second)
+	st.restoreInto(t, raised, nil)
+	raised.Process(Record{Value: []byte(`{"symbol":"K","ts":9600,"price":"1","qty":"1"}`)}, &out)
+	st.apply(raised)
+	merged, err = MergePartition(mk(9000), st[string(PartitionEntry)])
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := agg(5 * time.Second)
+	if err := child.Restore(PartitionEntry, merged); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := child.Watermark(); w != 9500 {
+		t.Fatalf("child watermark %d, want 9500 (the raised parent's)", w)
+	}
 	if m, err := MergePartition(nil, nil); m != nil || err != nil {
 		t.Fatal(m, err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/invariant"
 )
 
 // RollupConfig configures a Rollup: To is built from closed From candles.
@@ -25,6 +26,7 @@ type Rollup struct {
 	scratch  candle.Candle
 	kbuf     []byte
 	vbuf     []byte
+	finals   finals // the invariants build only
 }
 
 // rollKey is one key's higher window in progress.
@@ -44,7 +46,7 @@ func NewRollup(cfg RollupConfig) (*Rollup, error) {
 	if err := candle.Nests(cfg.From, cfg.To); err != nil {
 		return nil, fmt.Errorf("rollup: %w", err)
 	}
-	return &Rollup{from: cfg.From.String(), to: cfg.To.String(), tf: cfg.To, keys: make(map[string]*rollKey)}, nil
+	return &Rollup{from: cfg.From.String(), to: cfg.To.String(), tf: cfg.To, keys: make(map[string]*rollKey), finals: newFinals()}, nil
 }
 
 // Process takes one closed sub-candle (JSON, as written by candle.AppendJSON).
@@ -116,6 +118,9 @@ func (r *Rollup) add(k *rollKey, c *candle.Candle) {
 
 func (r *Rollup) emit(k *rollKey, out *Output) {
 	c := k.acc
+	if invariant.Enabled {
+		r.finals.emitted("rollup "+r.to, k.key, c.OpenTime)
+	}
 	if !k.hasNonGap {
 		c.Open, c.High, c.Low, c.Gap = c.Close, c.Close, c.Close, true
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/internal/invariant"
 )
 
 // SilenceLevel is one step of a device's silence: after After without a
@@ -345,6 +346,9 @@ func (s *Silence) advanceTo(t int64, out *Output) {
 		return
 	}
 	if !s.hasI || t > s.clockI {
+		if invariant.Enabled {
+			invariant.Check(!s.hasI || t > s.clockI, "silence: ingestion clock went back from %s to %s", fmtMS(s.clockI), fmtMS(t))
+		}
 		s.clockI, s.hasI, s.iDirty = t, true, true
 	}
 	t = s.clockI

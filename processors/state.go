@@ -11,7 +11,8 @@ import (
 
 // State entries (Changes / Restore). Keys:
 //
-//	"p"                          the partition: max event time, last record wall time
+//	"p"                          the partition: max event time, last record
+//	                             wall time, watermark
 //	"k"+key                      one key: open windows, previous close, next
 //	                             window to emit, last trade time, last
 //	                             emitted trade time
@@ -23,6 +24,13 @@ import (
 // followed by varints, 16-byte decimals (prices) and sums (volumes, in the
 // binary form of decimal.Sum: 17 bytes in the common case, longer when a
 // sum is wide). A nil value from Changes means the entry was deleted.
+//
+// The partition entry's flags byte says which of its values are valid:
+// bit 1 max event time, bit 2 wall time, bit 4 the watermark (a varint after
+// the wall time). Entries written before the watermark was stored lack bit
+// 4 and the value: the watermark restores as max event time − the lateness
+// the state was written under (CandleConfig.StateLateness). A reader that
+// does not know bit 4 ignores the trailing value.
 //
 // Version 1 (before exact wide sums) stored volumes as 16-byte decimals;
 // Restore still reads it, and every entry is rewritten as version 2 the
@@ -42,6 +50,9 @@ const (
 	flagPrevTS = 4
 	flagQuiet  = 8
 )
+
+// partWM flags a partition entry that stores the watermark.
+const partWM = 4
 
 // knownVersion reports whether v is a state version Restore reads.
 func knownVersion(v byte) bool { return v == stateVersion || v == stateV1 }
@@ -67,9 +78,16 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 	if a.partDirty {
 		a.partDirty = false
 		a.kbuf = append(a.kbuf[:0], entryPartition)
-		v := append(a.vbuf[:0], stateVersion, boolBits(a.hasMax, a.hasWall))
+		bits := boolBits(a.hasMax, a.hasWall)
+		if a.hasMax {
+			bits |= partWM
+		}
+		v := append(a.vbuf[:0], stateVersion, bits)
 		v = binary.AppendVarint(v, a.maxTS)
 		v = binary.AppendVarint(v, a.lastWall)
+		if a.hasMax {
+			v = binary.AppendVarint(v, a.wm)
+		}
 		a.vbuf = v
 		fn(a.kbuf, a.vbuf)
 	}
@@ -145,6 +163,10 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		r := reader{b: val[2:]}
 		a.hasMax = val[1]&1 != 0
 		a.maxTS, _ = r.varint(), r.varint()
+		a.wm = a.maxTS - a.stateLateness
+		if val[1]&partWM != 0 {
+			a.wm = r.varint()
+		}
 		if r.err != nil {
 			return fmt.Errorf("restore: partition entry: %w", r.err)
 		}

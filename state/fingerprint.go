@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/kandle/kandle/internal/invariant"
 )
 
 // kindFingerprint keys the fingerprint a stage's local state was written
@@ -31,6 +33,9 @@ func (s *Store) Fingerprint(stage string) ([]byte, bool, error) {
 // DropStage deletes all local state of stage in the batch: every input
 // partition, and every Kinesis shard (kept under "stage/shard").
 func (b *Batch) DropStage(stage string) {
+	if invariant.Enabled {
+		b.drop(stage)
+	}
 	_ = b.b.DeleteRange(append([]byte(stage), 0), append([]byte(stage), 1), nil)
 	_ = b.b.DeleteRange(append([]byte(stage), '/'), append([]byte(stage), '/'+1), nil)
 }

@@ -13,6 +13,8 @@
 // offsets). The engine writes Pebble only after a transaction commits, so the
 // store can be behind the changelog (a crash between commit and batch) but
 // never ahead; restore reads the changelog tail past Meta.ChangelogOffset.
+// With the build tag invariants (package invariant), SetMeta checks that a
+// partition's changelog position only grows unless the same batch drops it.
 package state
 
 import (
@@ -20,9 +22,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/kandle/kandle/internal/invariant"
 )
 
 // Store is a Pebble database holding the state of every stage and partition
@@ -155,10 +160,37 @@ func upper(p []byte) []byte {
 // Batch collects entry changes of several partitions to apply atomically.
 type Batch struct {
 	b *pebble.Batch
+	s *Store
+	// dropped lists the partitions ("stage\x00" + partition) and stages
+	// ("stage") this batch drops: their changelog position may start over
+	// (invariants build only).
+	dropped map[string]bool
 }
 
 // NewBatch starts a batch.
-func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch()} }
+func (s *Store) NewBatch() *Batch { return &Batch{b: s.db.NewBatch(), s: s} }
+
+// drop records, for the invariant checks, that the batch drops name.
+func (b *Batch) drop(name string) {
+	if b.dropped == nil {
+		b.dropped = map[string]bool{}
+	}
+	b.dropped[name] = true
+}
+
+// checkGrows checks (invariants build) that the changelog position of
+// (stage, partition) only grows: Pebble follows the changelog, which only
+// grows, unless this batch drops the partition or its stage.
+func (b *Batch) checkGrows(stage string, partition int32, m Meta) {
+	base, _, _ := strings.Cut(stage, "/") // a Kinesis shard's state lives under "stage/shard"
+	if b.dropped[stage] || b.dropped[base] || b.dropped[string(prefix(stage, partition, kindMeta))] {
+		return
+	}
+	old, ok, err := b.s.Load(stage, partition, nil)
+	invariant.Check(err == nil, "state %s/%d: read meta: %v", stage, partition, err)
+	invariant.Check(!ok || m.ChangelogOffset >= old.ChangelogOffset,
+		"state %s/%d: changelog position went back from %d to %d (Pebble only follows the changelog)", stage, partition, old.ChangelogOffset, m.ChangelogOffset)
+}
 
 // Set records an entry change of (stage, partition); val nil deletes the key.
 func (b *Batch) Set(stage string, partition int32, key, val []byte) {
@@ -172,6 +204,9 @@ func (b *Batch) Set(stage string, partition int32, key, val []byte) {
 
 // SetMeta records the meta of (stage, partition) in the same batch.
 func (b *Batch) SetMeta(stage string, partition int32, m Meta) {
+	if invariant.Enabled {
+		b.checkGrows(stage, partition, m)
+	}
 	v := binary.BigEndian.AppendUint64(nil, uint64(m.ChangelogOffset))
 	v = binary.BigEndian.AppendUint64(v, uint64(m.InputOffset))
 	_ = b.b.Set(prefix(stage, partition, kindMeta), v, nil)
@@ -180,6 +215,9 @@ func (b *Batch) SetMeta(stage string, partition int32, m Meta) {
 // Drop deletes all state of (stage, partition) in the batch (a changelog
 // that no longer reaches back to our offset must be read from its start).
 func (b *Batch) Drop(stage string, partition int32) {
+	if invariant.Enabled {
+		b.drop(string(prefix(stage, partition, kindMeta)))
+	}
 	e := prefix(stage, partition, kindEntry)
 	_ = b.b.DeleteRange(e, upper(e), nil)
 	_ = b.b.Delete(prefix(stage, partition, kindMeta), nil)

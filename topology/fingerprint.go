@@ -14,41 +14,59 @@ import (
 )
 
 // A Fingerprint lists what the meaning of a processor's state depends on:
-// the settings under which its windows, watermarks, dedupe ids and gap-fill
-// runs were built. State written under one fingerprint must never be carried
-// on under another, or the candles of one run would mix two definitions.
+// the settings under which its windows, dedupe ids and gap-fill runs were
+// built. State written under one fingerprint must never be carried on
+// under another, or the candles of one run would mix two definitions.
 //
 // For a candles processor that is its input (source kind and topic or
 // stream), the record fields it decodes, its timeframe (and zone, for day,
-// week and month windows), lateness, max_idle, dedupe and gap_fill. For a
-// rollup it is its timeframe (and zone), its input topic and, under
-// "from.", the whole fingerprint of the processor it reads: a rollup's state
-// is only as valid as the candles it was built from.
+// week and month windows), dedupe and gap_fill. For a rollup it is its
+// timeframe (and zone), its input topic and, under "from.", the whole
+// fingerprint of the processor it reads: a rollup's state is only as valid
+// as the candles it was built from.
 //
 // A candles processor's own fingerprint (not the "from." copy in its
-// rollups', and not a rollup's, which passes on the marks it gets) also lists, as quiet_marks, the distinct timeframes of every
-// rollup built from its candles, directly or through other rollups: when a
-// key's run of candles ends, the processor writes quiet marks at those
-// timeframes' boundaries so that the rollups close the key's last windows,
-// and its quiet keys wait for them. Adding a timeframe there is
-// incompatible: the keys that went quiet before were marked only for the
-// old timeframes, so a new rollup reading the processor's output from its
-// start would never close their last windows (a replay would). Removing
-// one is compatible (a mark that no rollup needs closes nothing early; see
-// CompatibleChanges), as is another rollup of a timeframe already listed.
+// rollups', and not a rollup's, which passes on the marks it gets) also
+// lists, as quiet_marks, the distinct timeframes of every rollup built from
+// its candles, directly or through other rollups: when a key's run of
+// candles ends, the processor writes quiet marks at those timeframes'
+// boundaries so that the rollups close the key's last windows, and its
+// quiet keys wait for them. Adding a timeframe there is incompatible: the
+// keys that went quiet before were marked only for the old timeframes, so a
+// new rollup reading the processor's output from its start would never
+// close their last windows (a replay would). Removing one is compatible (a
+// mark that no rollup needs closes nothing early; see CompatibleChanges),
+// as is another rollup of a timeframe already listed.
+//
+// It also lists a candles processor's rules, lateness and max_idle: they
+// decide what happens from now on, not what the stored state means, so a
+// change is compatible (CompatibleChanges, with Why). The state stores
+// facts: the max event time and the watermark (which never goes back, so a
+// longer lateness holds the watermark still until event time catches up,
+// and never reopens an emitted window), a key's open windows with their
+// dedupe ids, its last trade time. They are recorded so that `kandle plan`
+// can show a change against the brokers.
 //
 // For a silence processor it is its input, key and time fields and the
 // names of its levels in order (their delays and actions may change). A
 // registered kind lists its own, after the kind (ProcessorKind.Fingerprint).
 //
 // Everything else is compatible: idle_timeout and max_future (they decide
-// when a live partition moves on, not what a window holds), the output
-// topic, the symbols whitelist, max_record_bytes, key_check, a silence
-// processor's carry and retire_field, sinks and commit settings.
-// Changing them takes effect from the next record; the state stays valid.
+// when a live partition moves on and which records are too far ahead, not
+// what a window holds), the output topic, the symbols whitelist,
+// max_record_bytes, key_check, a silence processor's carry and
+// retire_field, sinks and commit settings. Changing them takes effect from
+// the next record; the state stays valid.
 type Fingerprint struct {
 	Processor string
 	Fields    []FingerprintField
+	// Legacy are settings that state entries written by a kandle from
+	// before fingerprint version 2 depend on: the lateness, under which
+	// their watermark (not stored then) is max event time − lateness. It is
+	// taken from a version 1 record and carried on in every record written
+	// after it (see Carry), since such entries stay until their partition
+	// writes its entry again.
+	Legacy []FingerprintField
 }
 
 // FingerprintField is one setting of a Fingerprint, in canonical form (so
@@ -60,6 +78,39 @@ type FingerprintField struct {
 // FieldChange is one setting that differs between two fingerprints.
 type FieldChange struct {
 	Name, Old, New string
+	// Why says, for a compatible change of a rule, why the state stays
+	// valid (see RuleWhy).
+	Why string
+}
+
+// RuleWhy says why changing setting name keeps a processor's state, for
+// the rules: the settings that decide what a processor does from now on,
+// not what its stored state means (lateness, max_idle, idle_timeout,
+// max_future). It is "" for any other setting.
+func RuleWhy(name string) string {
+	switch name {
+	case "lateness":
+		return "decides which trades are late from now on; the stored watermark never goes back"
+	case "max_idle":
+		return "decides where runs of gap candles end from now on; ended runs stay ended"
+	case "idle_timeout":
+		return "decides when an idle live partition follows the clock from now on"
+	case "max_future":
+		return "decides which records are too far ahead of the clock from now on"
+	}
+	return ""
+}
+
+// rule returns the rule a fingerprint field name (maybe under "from.")
+// names, or "".
+func rule(name string) string {
+	for strings.HasPrefix(name, "from.") {
+		name = name[len("from."):]
+	}
+	if RuleWhy(name) != "" {
+		return name
+	}
+	return ""
 }
 
 // String is "timeframe 5m → 3m" ("(none)" for a setting one side lacks).
@@ -74,38 +125,87 @@ func (c FieldChange) String() string {
 	return c.Name + " " + o + " → " + n
 }
 
-const fingerprintVersion = 1
+// fingerprintVersion 2: lateness and max_idle are rules (compatible), a
+// rollup's "from." copy leaves them out, the aggregator stores its
+// watermark, and Legacy carries version 1's lateness. Version 1 records are
+// read (DecodeFingerprint).
+const fingerprintVersion = 2
 
 type fingerprintJSON struct {
 	V         int         `json:"v"`
 	Processor string      `json:"processor"`
 	Fields    [][2]string `json:"fields"`
+	Legacy    [][2]string `json:"legacy,omitempty"`
+}
+
+func pairs(fs []FingerprintField) [][2]string {
+	out := make([][2]string, len(fs))
+	for i, fl := range fs {
+		out[i] = [2]string{fl.Name, fl.Value}
+	}
+	return out
+}
+
+func unpairs(ps [][2]string) []FingerprintField {
+	var out []FingerprintField
+	for _, p := range ps {
+		out = append(out, FingerprintField{Name: p[0], Value: p[1]})
+	}
+	return out
 }
 
 // Encode returns the fingerprint as stored next to the state (JSON).
 func (f Fingerprint) Encode() []byte {
-	j := fingerprintJSON{V: fingerprintVersion, Processor: f.Processor, Fields: make([][2]string, len(f.Fields))}
-	for i, fl := range f.Fields {
-		j.Fields[i] = [2]string{fl.Name, fl.Value}
+	j := fingerprintJSON{V: fingerprintVersion, Processor: f.Processor, Fields: pairs(f.Fields)}
+	if len(f.Legacy) > 0 {
+		j.Legacy = pairs(f.Legacy)
 	}
 	b, _ := json.Marshal(j) // strings only: cannot fail
 	return b
 }
 
-// DecodeFingerprint reads what Encode wrote.
+// DecodeFingerprint reads what Encode wrote, and version 1 records: their
+// lateness and max_idle (own and under "from.") compare as rules, and their
+// own lateness becomes Legacy, the lateness of the state entries written
+// then.
 func DecodeFingerprint(b []byte) (Fingerprint, error) {
 	var j fingerprintJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return Fingerprint{}, fmt.Errorf("fingerprint: %w", err)
 	}
-	if j.V != fingerprintVersion {
-		return Fingerprint{}, fmt.Errorf("fingerprint: version %d is not known to this kandle (it reads %d); upgrade kandle", j.V, fingerprintVersion)
+	if j.V != fingerprintVersion && j.V != 1 {
+		return Fingerprint{}, fmt.Errorf("fingerprint: version %d is not known to this kandle (it reads 1 to %d); upgrade kandle", j.V, fingerprintVersion)
 	}
-	f := Fingerprint{Processor: j.Processor}
-	for _, fl := range j.Fields {
-		f.Fields = append(f.Fields, FingerprintField{Name: fl[0], Value: fl[1]})
+	f := Fingerprint{Processor: j.Processor, Fields: unpairs(j.Fields), Legacy: unpairs(j.Legacy)}
+	if j.V == 1 {
+		for _, fl := range f.Fields {
+			if fl.Name == "lateness" {
+				f.Legacy = []FingerprintField{{Name: "lateness", Value: fl.Value}}
+			}
+		}
 	}
 	return f, nil
+}
+
+// Carry returns f with the Legacy settings of old, the fingerprint recorded
+// before it: record this, so that state entries written before version 2
+// keep their lateness.
+func (f Fingerprint) Carry(old Fingerprint) Fingerprint {
+	f.Legacy = slices.Clone(old.Legacy)
+	return f
+}
+
+// StateLateness returns the lateness of the state entries written by a
+// kandle from before the watermark was stored (ok false when Legacy does
+// not say).
+func (f Fingerprint) StateLateness() (time.Duration, bool) {
+	for _, fl := range f.Legacy {
+		if fl.Name == "lateness" {
+			d, err := time.ParseDuration(fl.Value)
+			return d, err == nil
+		}
+	}
+	return 0, false
 }
 
 // quietMarksField names the rollup timeframes a candles processor writes
@@ -121,10 +221,12 @@ func (f Fingerprint) Changes(old Fingerprint) []FieldChange {
 }
 
 // CompatibleChanges lists the settings that differ from old to f without
-// making old's state invalid: quiet_marks that lost timeframes (rollups
-// removed), or that old did not record (written by a kandle from before
-// quiet marks were part of the fingerprint). The fingerprint should then be
-// recorded again, so that a timeframe added back later counts as new.
+// making old's state invalid: rules (lateness, max_idle; Why says why),
+// quiet_marks that lost timeframes (rollups removed), or that old did not
+// record (written by a kandle from before quiet marks were part of the
+// fingerprint). The fingerprint should then be recorded again (Carry), so
+// that a timeframe added back later counts as new. Rules that only old
+// lists under "from." (version 1 records) are not changes.
 func (f Fingerprint) CompatibleChanges(old Fingerprint) []FieldChange {
 	_, compatible := f.changes(old)
 	return compatible
@@ -143,6 +245,11 @@ func (f Fingerprint) changes(old Fingerprint) (incompatible, compatible []FieldC
 			continue
 		}
 		c := FieldChange{Name: fl.Name, Old: o, New: fl.Value}
+		if r := rule(fl.Name); r != "" {
+			c.Why = RuleWhy(r)
+			compatible = append(compatible, c)
+			continue
+		}
 		if fl.Name == quietMarksField && (!ok || subset(fl.Value, o)) {
 			compatible = append(compatible, c)
 			continue
@@ -150,6 +257,9 @@ func (f Fingerprint) changes(old Fingerprint) (incompatible, compatible []FieldC
 		incompatible = append(incompatible, c)
 	}
 	for _, fl := range old.Fields {
+		if !seen[fl.Name] && rule(fl.Name) != "" {
+			continue // a version 1 record's rule under "from.": no longer listed
+		}
 		if !seen[fl.Name] {
 			incompatible = append(incompatible, FieldChange{Name: fl.Name, Old: fl.Value})
 		}

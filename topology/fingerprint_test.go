@@ -1,10 +1,12 @@
 package topology
 
 import (
+	"encoding/json"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const fpBase = `
@@ -66,10 +68,9 @@ func TestFingerprintWhichSettingsMatter(t *testing.T) {
 		{"timeframe", "timeframe: 1m}", "timeframe: 30s}", map[string][]string{
 			"c1m": {"timeframe"}, "c5m": {"from.timeframe"}, "c1d": {"from.from.timeframe"}}},
 		{"same windows written differently", "timeframe: 1m}", "timeframe: 60s}", nil},
-		{"lateness", "timeframe: 1m}", "timeframe: 1m, lateness: 5s}", map[string][]string{
-			"c1m": {"lateness"}, "c5m": {"from.lateness"}, "c1d": {"from.from.lateness"}}},
-		{"max_idle", "timeframe: 1m}", "timeframe: 1m, max_idle: 1h}", map[string][]string{
-			"c1m": {"max_idle"}, "c5m": {"from.max_idle"}, "c1d": {"from.from.max_idle"}}},
+		// Rules: they decide from now on (TestFingerprintRules).
+		{"lateness", "timeframe: 1m}", "timeframe: 1m, lateness: 5s}", nil},
+		{"max_idle", "timeframe: 1m}", "timeframe: 1m, max_idle: 1h}", nil},
 		{"dedupe", "timeframe: 1m}", "timeframe: 1m, dedupe: false}", map[string][]string{
 			"c1m": {"dedupe"}, "c5m": {"from.dedupe"}, "c1d": {"from.from.dedupe"}}},
 		{"gap_fill", "timeframe: 1m}", "timeframe: 1m, gap_fill: false}", map[string][]string{
@@ -256,5 +257,80 @@ func TestFingerprintEncodeDecode(t *testing.T) {
 	c := FieldChange{Name: "timeframe", Old: "5m", New: "3m"}
 	if c.String() != "timeframe 5m → 3m" {
 		t.Errorf("FieldChange.String() = %q", c.String())
+	}
+}
+
+// The rules lateness and max_idle are in a candles processor's own
+// fingerprint (so that kandle plan shows a change against the brokers) as
+// compatible changes with why; rollups do not list them. A version 1
+// record, which listed them everywhere and as incompatible, reads as
+// compatible, and its lateness becomes Legacy, carried on by every record
+// written after it.
+func TestFingerprintRules(t *testing.T) {
+	base := parseFP(t, fpBase)
+	cur := parseFP(t, strings.Replace(fpBase, "timeframe: 1m}", "timeframe: 1m, lateness: 5s, max_idle: 1h}", 1))
+	for _, name := range []string{"c1m", "c5m", "c1d"} {
+		of, _ := base.Fingerprint(name)
+		nf, _ := cur.Fingerprint(name)
+		var got []string
+		for _, c := range nf.CompatibleChanges(of) {
+			if c.Why == "" || c.Why != RuleWhy(c.Name) {
+				t.Errorf("%s: compatible change %v without its why", name, c)
+			}
+			got = append(got, c.String())
+		}
+		want := []string(nil)
+		if name == "c1m" {
+			want = []string{"lateness 2s → 5s", "max_idle 24h0m0s → 1h0m0s"}
+		}
+		if !slices.Equal(got, want) || len(nf.Changes(of)) != 0 {
+			t.Errorf("%s: compatible %v (want %v), incompatible %v", name, got, want, nf.Changes(of))
+		}
+	}
+	for _, r := range []string{"lateness", "max_idle", "idle_timeout", "max_future"} {
+		if RuleWhy(r) == "" {
+			t.Errorf("RuleWhy(%q) is empty", r)
+		}
+	}
+
+	// A version 1 record of c5m (an older kandle): rules under "from.".
+	v1 := `{"v":1,"processor":"c5m","fields":[["kind","rollup"],["timeframe","5m"],["input","kafka topic fp.c1m"],` +
+		`["from.kind","candles"],["from.timeframe","1m"],["from.input","kafka topic trades"],["from.fields.key","symbol"],` +
+		`["from.fields.time","ts"],["from.fields.price","price"],["from.fields.qty","qty"],["from.fields.id","trade_id"],` +
+		`["from.lateness","2s"],["from.max_idle","0s"],["from.dedupe","true"],["from.gap_fill","true"]]}`
+	old, err := DecodeFingerprint([]byte(v1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nf, _ := cur.Fingerprint("c5m")
+	if inc, comp := nf.Changes(old), nf.CompatibleChanges(old); len(inc) != 0 || len(comp) != 0 {
+		t.Errorf("c5m against its version 1 record: incompatible %v, compatible %v; want none", inc, comp)
+	}
+	if _, ok := old.StateLateness(); ok {
+		t.Errorf("a rollup's version 1 record has a state lateness: %v", old.Legacy)
+	}
+	// c1m's version 1 record: its lateness is the state's.
+	of, _ := base.Fingerprint("c1m")
+	j := fingerprintJSON{V: 1, Processor: "c1m", Fields: pairs(of.Fields)}
+	b, _ := json.Marshal(j)
+	old, err = DecodeFingerprint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := old.StateLateness(); !ok || d != 2*time.Second {
+		t.Errorf("version 1 record of c1m: state lateness %v %v, want 2s", d, ok)
+	}
+	c1m, _ := cur.Fingerprint("c1m")
+	rec := c1m.Carry(old)
+	back, err := DecodeFingerprint(rec.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := back.StateLateness(); !ok || d != 2*time.Second || len(c1m.Changes(back)) != 0 || len(c1m.CompatibleChanges(back)) != 0 {
+		t.Errorf("the record written after a version 1 one lost its state lateness or differs: %s", rec.Encode())
+	}
+	// Carried on again by the next record.
+	if d, ok := c1m.Carry(back).StateLateness(); !ok || d != 2*time.Second {
+		t.Errorf("state lateness not carried on: %v %v", d, ok)
 	}
 }

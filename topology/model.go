@@ -122,10 +122,10 @@ type Processor struct {
 	From        string         `yaml:"from" required:"true" doc:"A source name (kinds candles and silence) or a processor name (kind rollup)."`
 	Timeframe   string         `yaml:"timeframe" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month). Required for kinds candles and rollup."`
 	Zone        string         `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
-	Lateness    time.Duration  `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late."`
+	Lateness    time.Duration  `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late. Changing it keeps the state: the stored watermark never goes back, so a longer lateness takes effect as event time moves on."`
 	IdleTimeout time.Duration  `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
 	MaxFuture   time.Duration  `yaml:"max_future" default:"1s" doc:"Records stamped further than this ahead of the clock are rejected (reason future). At most lateness: a record max_future ahead moves the watermark to at most the clock + max_future - lateness, so trades less than lateness - max_future behind the clock are never late. 0 disables."`
-	MaxIdle     time.Duration  `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever."`
+	MaxIdle     time.Duration  `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever. Changing it keeps the state and decides from then on."`
 	Dedupe      bool           `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
 	GapFill     bool           `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
 	Output      Output         `yaml:"output" doc:"Topic the closed candles (kind silence: the events) are written to. Default: <topology>.<processor>."`

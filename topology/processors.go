@@ -207,11 +207,14 @@ func (candlesKind) Fingerprint(f *FingerprintFields, p *Processor) error {
 	}
 	f.Add("fields.qty", src.Fields.Qty)
 	f.Add("fields.id", src.Fields.ID)
-	f.Add("lateness", canonicalDuration(p.Lateness))
-	f.Add("max_idle", canonicalDuration(p.MaxIdle))
 	f.Add("dedupe", strconv.FormatBool(p.Dedupe))
 	f.Add("gap_fill", strconv.FormatBool(p.GapFill))
-	if f.Own() { // a rollup's state does not depend on its siblings
+	if f.Own() {
+		// Rules (compatible, recorded for kandle plan): a rollup's state
+		// does not depend on them.
+		f.Add("lateness", canonicalDuration(p.Lateness))
+		f.Add("max_idle", canonicalDuration(p.MaxIdle))
+		// A rollup's state does not depend on its siblings.
 		f.Add(quietMarksField, f.t.quietMarks(p))
 	}
 	return nil

@@ -18,14 +18,15 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "plan", "-t NEW.yaml [--against OLD.yaml | -brokers ...]",
 		"Shows what starting NEW would do to the state and outputs of a running topology, per processor:\n"+
 			"  kept     its state was written under the same settings and carries on;\n"+
-			"  rebuild  a setting its state depends on changed (timeframe, zone, lateness, max_idle, dedupe,\n"+
-			"           gap_fill, fields, input, anything up its rollup chain, or, for a candles processor, a\n"+
-			"           rollup timeframe built from it that it never wrote quiet marks for): `kandle run` refuses to start\n"+
+			"  rebuild  a setting its state depends on changed (timeframe, zone, dedupe, gap_fill, fields,\n"+
+			"           input, anything up its rollup chain, or, for a candles processor, a rollup timeframe\n"+
+			"           built from it that it never wrote quiet marks for): `kandle run` refuses to start\n"+
 			"           until it is renamed (fresh state, rebuilt from the earliest retained input) or reset;\n"+
 			"  new      no state yet: it starts empty and reads its input from the earliest retained record;\n"+
 			"  dropped  no longer in NEW: its state and consumer group stay unused until you delete them.\n"+
-			"OUTPUT says whether its candles change from then on. Compatible edits (idle_timeout, max_future,\n"+
-			"output topic, symbols, key_check, sinks, a rollup removed) are listed but keep the state.\n\n"+
+			"OUTPUT says whether its candles change from then on. Rules (lateness, max_idle, idle_timeout,\n"+
+			"max_future) decide from now on and keep the state, with why; other compatible edits (output topic,\n"+
+			"symbols, key_check, sinks, a rollup removed) are listed and keep it too.\n\n"+
 			"With --against OLD it compares two topology files and needs no broker. Without it, it compares NEW\n"+
 			"with the fingerprints the running group recorded on the brokers (topic <name>.fingerprints).")
 	top := topologyFlag(fs)
@@ -104,7 +105,7 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 				r.why = append(r.why, c.String())
 			}
 			for _, c := range fp.CompatibleChanges(was) {
-				r.why = append(r.why, c.String()+" (compatible)")
+				r.why = append(r.why, compatible(c))
 			}
 			if r.state == "rebuild" {
 				r.output = p.Output.Topic + " (candles change)"
@@ -118,7 +119,7 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 			r.why = append(r.why, compat...)
 			if r.state == "kept" {
 				r.output = p.Output.Topic + " (same)"
-				if len(compat) > 0 {
+				if len(r.why) > 0 {
 					r.output = p.Output.Topic + " (same windows)"
 				}
 			}
@@ -158,14 +159,24 @@ func onlyQuietMarks(cs []topology.FieldChange) bool {
 	return len(cs) > 0
 }
 
+// compatible says a change keeps the state: "lateness 2s → 5s (kept:
+// why)" for a rule, else "... (compatible)".
+func compatible(c topology.FieldChange) string {
+	if c.Why != "" {
+		return c.String() + " (kept: " + c.Why + ")"
+	}
+	return c.String() + " (compatible)"
+}
+
 // compatibleChanges lists the settings of processor name (and of its
-// source) that changed without touching its state.
+// source) that changed without touching its state and are not in its
+// fingerprint.
 func compatibleChanges(old, cur *topology.Topology, name string) []string {
 	o, n := old.Processors[name], cur.Processors[name]
 	var out []string
 	add := func(what string, a, b any) {
 		if fa, fb := fmt.Sprint(a), fmt.Sprint(b); fa != fb {
-			out = append(out, fmt.Sprintf("%s %s → %s (compatible)", what, fa, fb))
+			out = append(out, compatible(topology.FieldChange{Name: what, Old: fa, New: fb, Why: topology.RuleWhy(what)}))
 		}
 	}
 	if k, ok := cur.KindOf(n); !ok || !k.Facts().FromProcessor { // it reads a source

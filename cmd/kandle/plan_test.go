@@ -12,6 +12,7 @@ import (
 
 	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/topology"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files (review the diff before committing)")
@@ -50,6 +51,79 @@ func TestPlanAgainstFile(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
 	golden(t, "unchanged.golden", out.String())
+}
+
+// Rules (lateness, max_idle, idle_timeout, max_future) decide from now on:
+// kandle plan keeps every processor's state, says why for each rule, and
+// the rollups built on an edited processor do not change at all.
+func TestPlanRuleChangesKeepState(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := realMain(context.Background(), []string{"plan", "-t", "testdata/plan/rules.yaml", "--against", "testdata/plan/old.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	golden(t, "rules_against_file.golden", out.String())
+	old, err := loadTopology("testdata/plan/old.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := loadTopology("testdata/plan/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := plan(cur, old, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"1m":  {"lateness 2s → 5s", "max_future 1s → 3s"},
+		"15m": {"max_idle 24h0m0s → 1h0m0s"},
+		"30s": {"idle_timeout 5s → 10s"},
+	}
+	for _, r := range rows {
+		if r.state != "kept" {
+			t.Errorf("%s: %s after a rule edit (%v), want kept", r.name, r.state, r.why)
+		}
+		if len(r.why) != len(want[r.name]) {
+			t.Errorf("%s: why %q, want %q", r.name, r.why, want[r.name])
+			continue
+		}
+		for i, w := range want[r.name] {
+			setting, _, _ := strings.Cut(w, " ")
+			if r.why[i] != w+" (kept: "+topology.RuleWhy(setting)+")" {
+				t.Errorf("%s: %q, want %q with why it keeps the state", r.name, r.why[i], w)
+			}
+		}
+	}
+	// Edits of what the state means still need a rebuild.
+	for _, tc := range []struct{ old, new, want string }{
+		{"timeframe: 15m}", "timeframe: 10m}", "timeframe 15m → 10m"},
+		{"timeframe: 1d}", "timeframe: 1d, zone: Asia/Seoul}", "zone UTC → Asia/Seoul"},
+		{"timeframe: 15m}", "timeframe: 15m, dedupe: false}", "dedupe true → false"},
+		{"timeframe: 15m}", "timeframe: 15m, gap_fill: false}", "gap_fill true → false"},
+		{"{topic: trades, partitions: 3}", "{topic: trades, partitions: 3, fields: {price: px}}", "fields.price price → px"},
+	} {
+		src, err := os.ReadFile("testdata/plan/old.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		edited, err := topology.Parse("edited.yaml", []byte(strings.Replace(string(src), tc.old, tc.new, 1)), sinkRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := plan(edited, old, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, r := range rows {
+			if len(r.why) > 0 && r.why[0] == tc.want {
+				found = r.state == "rebuild"
+			}
+		}
+		if !found {
+			t.Errorf("%s: no processor to rebuild for %q: %+v", tc.new, tc.want, rows)
+		}
+	}
 }
 
 // kandle plan -t NEW against a running group: the fingerprints its
@@ -92,4 +166,11 @@ func TestPlanAgainstBroker(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, errb.String())
 	}
 	golden(t, "against_broker.golden", strings.ReplaceAll(out.String(), seeds[0], "BROKER"))
+	// Rules against the broker: lateness and max_idle are recorded, and
+	// keep the state.
+	out.Reset()
+	if code := realMain(context.Background(), []string{"plan", "-t", "testdata/plan/rules.yaml", "-brokers", seeds[0]}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	golden(t, "rules_against_broker.golden", strings.ReplaceAll(out.String(), seeds[0], "BROKER"))
 }
