@@ -48,6 +48,13 @@ func (s *Server) routes() {
 	api("/udf/symbols", s.handleUDFSymbol)
 	api("/udf/history", s.handleUDFHistory)
 	api("/udf/time", s.handleUDFTime)
+	api("/v1/devices", s.handleDevicesByStatus)
+	api("/v1/devices/{id}/latest", s.handleDeviceLatest)
+	api("/v1/devices/{id}/readings", s.handleDeviceReadings)
+	api("/v1/devices/{id}/silences", s.handleDeviceSilences)
+	api("/v1/", func(http.ResponseWriter, *http.Request) error {
+		return notFound("no such endpoint; the API has /v1/candles, /v1/klines, /v1/symbols, /v1/timeframes, /v1/stream and /v1/devices (see the README's Serving section)")
+	})
 	mux.HandleFunc("/v1/stream", s.handleStream)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	if s.o.Metrics != nil {
