@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -144,26 +145,26 @@ func parseTime(name, v string) (int64, error) {
 // maxTime is the latest time a request may name (year 9999).
 const maxTime = 253402300799999
 
-// series validates symbol and timeframe.
-func (s *Server) series(ctx context.Context, symbol, tfName string) (candle.Timeframe, error) {
+// series validates symbol and timeframe: a stored timeframe (base zero) or
+// one built at query time from the stored timeframe base.
+func (s *Server) series(ctx context.Context, symbol, tfName string) (tf, base candle.Timeframe, err error) {
 	if symbol == "" {
-		return candle.Timeframe{}, bad("symbol: required (GET /v1/symbols lists them)")
+		return tf, base, bad("symbol: required (GET /v1/symbols lists them)")
 	}
 	if tfName == "" {
-		return candle.Timeframe{}, bad("timeframe: required, one of %s", strings.Join(s.tfs, ", "))
+		return tf, base, bad("timeframe: required, one of %s, or a whole multiple of one", strings.Join(s.tfs, ", "))
 	}
-	tf, ok := s.o.Timeframes[tfName]
-	if !ok {
-		return candle.Timeframe{}, notFound("timeframe %q is not served; use one of %s", tfName, strings.Join(s.tfs, ", "))
+	if tf, base, err = s.timeframe(tfName); err != nil {
+		return tf, base, err
 	}
 	known, err := s.knownSymbol(ctx, symbol)
 	if err != nil {
-		return candle.Timeframe{}, fmt.Errorf("list symbols: %w", err)
+		return tf, base, fmt.Errorf("list symbols: %w", err)
 	}
 	if !known {
-		return candle.Timeframe{}, notFound("unknown symbol %q (GET /v1/symbols lists them)", symbol)
+		return tf, base, notFound("unknown symbol %q (GET /v1/symbols lists them)", symbol)
 	}
-	return tf, nil
+	return tf, base, nil
 }
 
 // limit reads a limit parameter: default when absent, 1..max_limit.
@@ -228,12 +229,15 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 		}
 		q.symbol, tfName, q.from, q.to, q.desc = cur.Symbol, cur.TF, cur.From, cur.To, cur.Desc
 	}
-	tf, err := s.series(r.Context(), q.symbol, tfName)
+	tf, base, err := s.series(r.Context(), q.symbol, tfName)
 	if err != nil {
 		return err
 	}
-	q.tf = tf
+	q.tf, q.base = tf, base
 	if q.limit, err = s.limit("limit", p.Get("limit")); err != nil {
+		return err
+	}
+	if err := q.checkDerived(); err != nil {
 		return err
 	}
 	format := p.Get("format")
@@ -352,12 +356,15 @@ func (s *Server) handleKlines(w http.ResponseWriter, r *http.Request) error {
 	if tfName == "" {
 		tfName = p.Get("timeframe")
 	}
-	tf, err := s.series(r.Context(), p.Get("symbol"), tfName)
+	tf, base, err := s.series(r.Context(), p.Get("symbol"), tfName)
 	if err != nil {
 		return err
 	}
-	q := query{symbol: p.Get("symbol"), tf: tf, to: maxTime + 1}
+	q := query{symbol: p.Get("symbol"), tf: tf, base: base, to: maxTime + 1}
 	if q.limit, err = s.limit("limit", p.Get("limit")); err != nil {
+		return err
+	}
+	if err := q.checkDerived(); err != nil {
 		return err
 	}
 	if v := p.Get("endTime"); v != "" {
@@ -417,9 +424,11 @@ func (s *Server) handleSymbols(w http.ResponseWriter, r *http.Request) error {
 
 // handleTimeframes is GET /v1/timeframes.
 func (s *Server) handleTimeframes(w http.ResponseWriter, _ *http.Request) error {
+	stored, derived := s.servedNames()
 	b, _ := json.Marshal(struct {
 		Timeframes []string `json:"timeframes"`
-	}{s.tfs})
+		Derived    []string `json:"derived,omitempty"`
+	}{stored, derived})
 	return writeJSON(w, append(b, '\n'))
 }
 
@@ -461,9 +470,13 @@ func (s *Server) udfResolution(res string) (string, error) {
 		cands = append(cands, fmt.Sprintf("%dM", n))
 	}
 	for _, c := range cands {
-		if _, ok := s.o.Timeframes[c]; ok {
-			return c, nil
+		if _, _, err := s.timeframe(c); err == nil {
+			return c, nil // stored, or built from a stored one
 		}
+	}
+	if len(cands) > 0 {
+		_, _, err := s.timeframe(cands[0])
+		return "", notFound("resolution %q: %v", res, err)
 	}
 	return "", notFound("resolution %q is not served; served timeframes: %s", res, strings.Join(s.tfs, ", "))
 }
@@ -486,12 +499,22 @@ func udfResolutionOf(tf string) string {
 	return n + "M"
 }
 
+// udfResolutions lists the stored timeframes and the suggested built ones
+// as TradingView resolutions.
+func (s *Server) udfResolutions() []string {
+	stored, derived := s.servedNames()
+	all := append(slices.Clone(stored), derived...)
+	s.byLength(all)
+	var res []string
+	for _, tf := range all {
+		res = append(res, udfResolutionOf(tf))
+	}
+	return res
+}
+
 // handleUDFConfig is GET /udf/config.
 func (s *Server) handleUDFConfig(w http.ResponseWriter, _ *http.Request) error {
-	res := make([]string, len(s.tfs))
-	for i, tf := range s.tfs {
-		res[i] = udfResolutionOf(tf)
-	}
+	res := s.udfResolutions()
 	b, _ := json.Marshal(map[string]any{
 		"supported_resolutions": res, "supports_search": false, "supports_group_request": false,
 		"supports_marks": false, "supports_timescale_marks": false, "supports_time": true,
@@ -502,13 +525,10 @@ func (s *Server) handleUDFConfig(w http.ResponseWriter, _ *http.Request) error {
 // handleUDFSymbol is GET /udf/symbols?symbol=.
 func (s *Server) handleUDFSymbol(w http.ResponseWriter, r *http.Request) error {
 	sym := r.URL.Query().Get("symbol")
-	if _, err := s.series(r.Context(), sym, s.tfs[0]); err != nil {
+	if _, _, err := s.series(r.Context(), sym, s.tfs[0]); err != nil {
 		return err
 	}
-	res := make([]string, len(s.tfs))
-	for i, tf := range s.tfs {
-		res[i] = udfResolutionOf(tf)
-	}
+	res := s.udfResolutions()
 	b, _ := json.Marshal(map[string]any{
 		"name": sym, "ticker": sym, "description": sym, "type": "crypto", "session": "24x7",
 		"timezone": "Etc/UTC", "exchange": "kandle", "listed_exchange": "kandle", "minmov": 1,
@@ -535,7 +555,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	tf, err := s.series(r.Context(), p.Get("symbol"), tfName)
+	tf, base, err := s.series(r.Context(), p.Get("symbol"), tfName)
 	if err != nil {
 		return err
 	}
@@ -547,7 +567,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 		}
 		return n * 1000, nil
 	}
-	q := query{symbol: p.Get("symbol"), tf: tf}
+	q := query{symbol: p.Get("symbol"), tf: tf, base: base}
 	if q.from, err = secs("from"); err != nil {
 		return err
 	}
@@ -555,8 +575,14 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	q.limit = s.o.Config.MaxLimit
+	if q.base.N > 0 { // a built timeframe: as many bars as one request may build
+		q.limit = int(min(int64(q.limit), maxDerivedReads/max(windowMillis(tf)/windowMillis(base), 1)-1))
+	}
 	if v := p.Get("countback"); v != "" {
 		if q.limit, err = s.limit("countback", v); err != nil {
+			return err
+		}
+		if err := q.checkDerived(); err != nil {
 			return err
 		}
 		// countback asks for that many bars before to, wherever from is.
@@ -576,7 +602,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	}
 	if len(cs) == 0 {
 		b := []byte(`{"s":"no_data"`)
-		prev, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, from: 0, to: q.from, limit: 1, desc: true})
+		prev, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, base: base, from: 0, to: q.from, limit: 1, desc: true})
 		if err != nil {
 			return err
 		}

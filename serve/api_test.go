@@ -173,10 +173,10 @@ func TestUDF(t *testing.T) {
 	if code != 200 || !strings.HasPrefix(string(body), fmt.Sprintf(`{"s":"ok","t":[%d,%d]`, f.truth[len(f.truth)-2].OpenTime/1000, last.OpenTime/1000)) {
 		t.Fatalf("countback: %d %s", code, body)
 	}
-	if code, body = get(t, f.url+"/udf/history?symbol=BTC%2FUSDT&resolution=240&from=0&to=60"); code != 404 || !strings.Contains(string(body), "not served") {
+	if code, body = get(t, f.url+"/udf/history?symbol=BTC%2FUSDT&resolution=45S&from=0&to=60"); code != 404 || !strings.Contains(string(body), "finer than the finest stored timeframe 1m") {
 		t.Fatalf("unserved resolution: %d %s", code, body)
 	}
-	if code, body = get(t, f.url+"/udf/config"); code != 200 || !strings.Contains(string(body), `"supported_resolutions":["1","5"]`) {
+	if code, body = get(t, f.url+"/udf/config"); code != 200 || !strings.Contains(string(body), `"supported_resolutions":["1","3","5","15","30","60","120","240","360","720","1D","3D","1W","1M"]`) {
 		t.Fatalf("config: %d %s", code, body)
 	}
 }
@@ -192,7 +192,11 @@ func TestBadInput(t *testing.T) {
 		{"/v1/candles?timeframe=1m", 400, "symbol: required"},
 		{"/v1/candles?symbol=BTC%2FUSDT", 400, "timeframe: required"},
 		{"/v1/candles?symbol=NOPE&timeframe=1m", 404, "unknown symbol"},
-		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=7m", 404, "not served"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=90s", 404, "not a whole multiple of a stored timeframe"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=30s", 404, "finer than the finest stored timeframe 1m"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=2w", 404, "weeks and months take a count of 1"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1d&limit=1000", 400, "ask for limit ≤ 33"},
+		{"/v1/klines?symbol=BTC%2FUSDT&interval=3d&limit=20", 400, "ask for limit ≤ 10"},
 		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&start=2000&end=1000", 400, "reversed"},
 		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&start=0&end=99999999999", 400, "at most 10000"},
 		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&start=yesterday", 400, "neither epoch milliseconds nor RFC 3339"},
@@ -243,7 +247,7 @@ func TestAuthAndCORS(t *testing.T) {
 	if code, _ := get(t, q, "Authorization", "Bearer wrong"); code != 401 {
 		t.Fatalf("wrong token: %d", code)
 	}
-	if code, body := get(t, q, "Authorization", "Bearer s3cret"); code != 200 || string(body) != `{"timeframes":["1m","5m"]}`+"\n" {
+	if code, body := get(t, q, "Authorization", "Bearer s3cret"); code != 200 || string(body) != `{"timeframes":["1m","5m"],"derived":["3m","15m","30m","1h","2h","4h","6h","12h","1d","3d","1w","1M"]}`+"\n" {
 		t.Fatalf("token: %d %s", code, body)
 	}
 	if code, _ := get(t, f.url+"/"); code != 200 {

@@ -14,10 +14,20 @@ import (
 type query struct {
 	symbol string
 	tf     candle.Timeframe
+	base   candle.Timeframe // set: tf is built at query time from this stored timeframe
 	from   int64
 	to     int64
 	limit  int
 	desc   bool
+}
+
+// checkDerived refuses a page of a built timeframe that would read too many
+// stored candles.
+func (q query) checkDerived() error {
+	if q.base.N == 0 {
+		return nil
+	}
+	return checkDerived(q.tf, q.base, q.limit)
 }
 
 // split returns the time before which candles come from the cold store:
@@ -37,6 +47,9 @@ func (s *Server) split() int64 {
 // candles answers q: up to q.limit candles stitched from the stores, and
 // whether more follow in q's direction.
 func (s *Server) candles(ctx context.Context, q query) ([]candle.Candle, bool, error) {
+	if q.base.N > 0 {
+		return s.derived(ctx, q)
+	}
 	want := q.limit + 1 // one more tells whether another page exists
 	b := s.split()
 	type segment struct {

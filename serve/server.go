@@ -55,6 +55,9 @@ type Server struct {
 	hub *hub
 	mux *http.ServeMux
 	tfs []string // served timeframes, shortest first
+	// zone places the days, weeks and months of timeframes built at query
+	// time: the zone of the stored calendar timeframes (nil: UTC).
+	zone *time.Location
 
 	symMu      sync.Mutex
 	syms       map[string]bool
@@ -92,6 +95,11 @@ func New(o Options) (*Server, error) {
 		ta, tb := o.Timeframes[a], o.Timeframes[b]
 		return int(windowMillis(ta) - windowMillis(tb))
 	})
+	for _, n := range s.tfs {
+		if tf := o.Timeframes[n]; tf.Unit >= candle.Day && tf.Loc != nil && s.zone == nil {
+			s.zone = tf.Loc
+		}
+	}
 	s.hub = newHub(s)
 	s.routes()
 	return s, nil

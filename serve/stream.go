@@ -519,8 +519,11 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 	keys := make([]key, 0, len(req.Params))
 	for i, p := range req.Params {
 		rctx, cancel := context.WithTimeout(ctx, s.o.Config.StoreTimeout)
-		_, err := s.series(rctx, p.Symbol, p.Timeframe)
+		_, base, err := s.series(rctx, p.Symbol, p.Timeframe)
 		cancel()
+		if err == nil && base.N > 0 {
+			err = notFound("timeframe %q is not served by the stream (it is built at query time from %s); subscribe to %s and combine, or read /v1/candles", p.Timeframe, base, base)
+		}
 		if err != nil {
 			code := 400
 			var ae *apiError
