@@ -41,7 +41,7 @@ func TestDerivedEqualsRollup(t *testing.T) {
 	t0 := time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC) // a 3d boundary: every window below is whole
 	m1 := tf(t, "1m")
 	closed := series("BTC/USDT", m1, t0.UnixMilli(), 3*1440, 5) // three whole days, every fifth a gap
-	for i := 120; i < 180; i++ { // a whole gap hour (02:00-03:00): its rollups are gap candles
+	for i := 120; i < 180; i++ {                                // a whole gap hour (02:00-03:00): its rollups are gap candles
 		c, px := &closed[i], closed[119].Close
 		c.Open, c.High, c.Low, c.Close, c.Gap, c.Trades = px, px, px, px, true, 0
 		c.Volume, c.QuoteVolume = decimal.Sum{}, decimal.Sum{}
