@@ -23,6 +23,12 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, mutate func(*Options)) fixture {
+	s, truth, now := fixtureServer(t, mutate)
+	return fixture{url: start(t, s), truth: truth, now: now}
+}
+
+// fixtureServer builds the fixture's server without serving it.
+func fixtureServer(t testing.TB, mutate func(*Options)) (*Server, []candle.Candle, time.Time) {
 	now := time.Date(2026, 11, 25, 12, 0, 30, 0, time.UTC)
 	m1 := tf(t, "1m")
 	closed := series("BTC/USDT", m1, now.Add(-3000*time.Minute).UnixMilli(), 3000, 1)
@@ -50,7 +56,7 @@ func newFixture(t *testing.T, mutate func(*Options)) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixture{url: start(t, s), truth: append(closed, open), now: now}
+	return s, append(closed, open), now
 }
 
 // TestCandlesEqualTruth: for many random ranges, limits and orders, paging

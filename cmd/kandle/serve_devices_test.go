@@ -90,11 +90,12 @@ serve:
 // processor makes of it.
 type fleetAPI struct {
 	url      string
+	h        http.Handler
 	readings map[string][]candle.Trade // per device, in time order
 	events   map[string][]map[string]any
 }
 
-func newFleetAPI(t *testing.T) *fleetAPI {
+func newFleetAPI(t testing.TB) *fleetAPI {
 	t.Helper()
 	ddb := testkit.Dynalite(t)
 	tp, err := topology.Load(writeFile(t, "fleet.yaml", fmt.Sprintf(fleetServeTopology, ddb.URL())), sinkRegistry())
@@ -174,7 +175,7 @@ func newFleetAPI(t *testing.T) *fleetAPI {
 	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	f.url = hs.URL
+	f.url, f.h = hs.URL, srv.Handler()
 	return f
 }
 
@@ -372,4 +373,51 @@ func TestServeDevicesBadRequests(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want %d with %q", c.path, code, e.Error, c.code, c.msg)
 		}
 	}
+}
+
+// FuzzDeviceRequests: whatever path and query a client sends to the device
+// API (ids with odd bytes, levels, ranges, limits, forged cursors), the
+// fleet's server over dynalite answers a 2xx or a 4xx with a JSON error
+// saying what to do, never a 5xx (a request DynamoDB refuses) or a crash.
+func FuzzDeviceRequests(f *testing.F) {
+	fl := newFleetAPI(f)
+	var dev string
+	for d := range fl.readings {
+		dev = max(dev, d)
+	}
+	for _, s := range []string{
+		"/v1/devices/" + dev + "/latest",
+		"/v1/devices/" + dev + "/readings?limit=3",
+		"/v1/devices/" + dev + "/readings?start=2024-01-03T00:00:00Z&end=1704758400000&limit=2",
+		"/v1/devices/" + dev + "/readings?cursor=eyJrIjoicmVhZGluZ3MiLCJkIjoiZGV2LTAxMSIsInAiOiJleUp3SWpwYklqRTNNRFF4TnpZM01EVXdNREFpTENJaVhTd2laQ0k2VzJaaGJITmxMR1poYkhObFhYMCJ9",
+		"/v1/devices/" + dev + "/silences?limit=1",
+		"/v1/devices?status=unreachable&limit=1",
+		"/v1/devices?status=recovered&cursor=eyJrIjoic3RhdHVzIiwicyI6InJlY292ZXJlZCIsInAiOiJleUpzWlhabGJDSTZJbkpsWTI5MlpYSmxaQ0o5In0",
+		"/v1/devices/%00/latest", "/v1/devices/%ff/readings", "/v1/devices/a%2Fb/silences",
+		"/v1/devices/" + strings.Repeat("%e2%82%ac", 90) + "/latest",
+		"/v1/devices/x/readings?start=253402300799999&end=253402300799999",
+		"/v1/devices?status=", "/v1/devices/x", "/v1/devices//latest",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		u, err := url.ParseRequestURI(target)
+		if err != nil || strings.ContainsAny(target, " \r\n") {
+			return // the HTTP server refuses such a request line itself
+		}
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.URL, r.RequestURI = u, target
+		rec := httptest.NewRecorder()
+		fl.h.ServeHTTP(rec, r)
+		if !strings.HasPrefix(u.Path, "/v1/") {
+			return
+		}
+		if rec.Code >= 500 {
+			t.Fatalf("GET %q: %d %s", target, rec.Code, rec.Body)
+		}
+		var e struct{ Error string }
+		if rec.Code >= 400 && (json.Unmarshal(rec.Body.Bytes(), &e) != nil || len(e.Error) < 10) {
+			t.Fatalf("GET %q: %d without a JSON error saying what to do: %s", target, rec.Code, rec.Body)
+		}
+	})
 }
