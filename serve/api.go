@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
 )
 
 // apiError is a client error: its status and a message saying what to do.
@@ -275,7 +276,7 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 			return bad("end: must be after 1970-01-01")
 		}
 	}
-	cs, more, err := s.candles(r.Context(), q)
+	cs, more, openFrom, err := s.candles(r.Context(), q)
 	if err != nil {
 		return err
 	}
@@ -307,9 +308,9 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 			b = append(b, ',')
 		}
 		if format == "kline" {
-			b = appendKline(b, &cs[i])
+			b = appendKline(b, &cs[i], cs[i].OpenTime < openFrom)
 		} else {
-			b = cs[i].AppendJSON(b)
+			b = AppendCandle(b, &cs[i], cs[i].OpenTime < openFrom)
 		}
 	}
 	b = append(b, ']')
@@ -326,11 +327,36 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 // append their exact text.
 type decimalText interface{ Append(dst []byte) []byte }
 
-// appendKline writes c as the large exchanges' kline array:
-// [open_time, "open", "high", "low", "close", "volume", close_time,
-// "quote_volume", trades], close_time being the window's last millisecond
-// (close_time - 1) as those APIs report it.
-func appendKline(b []byte, c *candle.Candle) []byte {
+// AppendCandle writes c as the candle API answers it: the output topics' JSON shape plus "vwap" and
+// "final" (see appendVWAP; final: the candle will not change again).
+func AppendCandle(b []byte, c *candle.Candle, final bool) []byte {
+	b = c.AppendJSON(b)
+	b = append(b[:len(b)-1], `,"vwap":`...)
+	b = appendVWAP(b, c)
+	return append(strconv.AppendBool(append(b, `,"final":`...), final), '}')
+}
+
+// appendVWAP writes c's volume-weighted average price as a JSON string:
+// quote_volume ÷ volume, exact when the quotient has at most 18 decimal
+// places, else rounded half to even at the 18th; null without volume
+// (gap candles).
+func appendVWAP(b []byte, c *candle.Candle) []byte {
+	n := len(b)
+	b = append(b, '"')
+	b, ok := decimal.AppendQuo(b, c.QuoteVolume, c.Volume, decimal.QuoPlaces)
+	if !ok {
+		return append(b[:n], "null"...)
+	}
+	return append(b, '"')
+}
+
+// appendKline writes c as the large exchanges' kline array: [open_time,
+// "open", "high", "low", "close", "volume", close_time, "quote_volume",
+// trades, taker_buy_volume, taker_buy_quote_volume, "0", final], close_time
+// being the window's last millisecond (close_time - 1) as those APIs report
+// it. The taker columns are null (kandle does not track the aggressor side
+// yet); the twelfth is the exchanges' unused column; final is kandle's.
+func appendKline(b []byte, c *candle.Candle, final bool) []byte {
 	b = append(b, '[')
 	b = strconv.AppendInt(b, c.OpenTime, 10)
 	for _, d := range []decimalText{c.Open, c.High, c.Low, c.Close, c.Volume} {
@@ -344,6 +370,8 @@ func appendKline(b []byte, c *candle.Candle) []byte {
 	b = c.QuoteVolume.Append(b)
 	b = append(b, '"', ',')
 	b = strconv.AppendInt(b, c.Trades, 10)
+	b = append(b, `,null,null,"0",`...)
+	b = strconv.AppendBool(b, final)
 	return append(b, ']')
 }
 
@@ -387,7 +415,7 @@ func (s *Server) handleKlines(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		q.desc = true // the most recent candles before endTime
 	}
-	cs, _, err := s.candles(r.Context(), q)
+	cs, _, openFrom, err := s.candles(r.Context(), q)
 	if err != nil {
 		return err
 	}
@@ -399,7 +427,7 @@ func (s *Server) handleKlines(w http.ResponseWriter, r *http.Request) error {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendKline(b, &cs[i])
+		b = appendKline(b, &cs[i], cs[i].OpenTime < openFrom)
 	}
 	return writeJSON(w, append(b, "]\n"...))
 }
@@ -593,7 +621,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	} else if err := s.checkSpan(tf, q.from, q.to); err != nil {
 		return err
 	}
-	cs, _, err := s.candles(r.Context(), q)
+	cs, _, openFrom, err := s.candles(r.Context(), q)
 	if err != nil {
 		return err
 	}
@@ -602,7 +630,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	}
 	if len(cs) == 0 {
 		b := []byte(`{"s":"no_data"`)
-		prev, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, base: base, from: 0, to: q.from, limit: 1, desc: true})
+		prev, _, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, base: base, from: 0, to: q.from, limit: 1, desc: true})
 		if err != nil {
 			return err
 		}
@@ -635,6 +663,13 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 			}
 			b = f.get(&cs[i]).Append(b) // a JSON number, every digit kept
 		}
+	}
+	b = append(b, `],"final":[`...)
+	for i := range cs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendBool(b, cs[i].OpenTime < openFrom)
 	}
 	return writeJSON(w, append(b, "]}\n"...))
 }

@@ -78,7 +78,7 @@ func TestCandlesEqualTruth(t *testing.T) {
 		var want []string
 		for _, c := range f.truth {
 			if c.OpenTime >= from && c.OpenTime < to {
-				want = append(want, string(c.AppendJSON(nil)))
+				want = append(want, string(AppendCandle(nil, &c, c.OpenTime < f.truth[len(f.truth)-1].OpenTime)))
 			}
 		}
 		if order == "desc" {
@@ -131,17 +131,17 @@ func TestMostRecent(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	p := decode(t, body)
-	if p.Order != "desc" || len(p.Candles) != 3 || string(p.Candles[0]) != string(f.truth[n-1].AppendJSON(nil)) ||
-		string(p.Candles[2]) != string(f.truth[n-3].AppendJSON(nil)) || p.NextCursor == "" {
+	if p.Order != "desc" || len(p.Candles) != 3 || string(p.Candles[0]) != string(AppendCandle(nil, &f.truth[n-1], false)) ||
+		string(p.Candles[2]) != string(AppendCandle(nil, &f.truth[n-3], true)) || p.NextCursor == "" {
 		t.Fatalf("newest page: %s", body)
 	}
 	code, body = get(t, f.url+"/v1/klines?symbol=BTC%2FUSDT&interval=1m&limit=2")
 	c1, c2 := f.truth[n-2], f.truth[n-1]
-	want := "[" + string(appendKline(nil, &c1)) + "," + string(appendKline(nil, &c2)) + "]\n"
+	want := "[" + string(appendKline(nil, &c1, true)) + "," + string(appendKline(nil, &c2, false)) + "]\n"
 	if code != 200 || string(body) != want {
 		t.Fatalf("klines: %d\ngot  %s\nwant %s", code, body, want)
 	}
-	if !strings.Contains(want, fmt.Sprintf(`[%d,"%s","%s","%s","%s","%s",%d,"%s",%d]`, c1.OpenTime, c1.Open, c1.High, c1.Low, c1.Close, c1.Volume, c1.CloseTime-1, c1.QuoteVolume, c1.Trades)) {
+	if !strings.Contains(want, fmt.Sprintf(`[%d,"%s","%s","%s","%s","%s",%d,"%s",%d,null,null,"0",true]`, c1.OpenTime, c1.Open, c1.High, c1.Low, c1.Close, c1.Volume, c1.CloseTime-1, c1.QuoteVolume, c1.Trades)) {
 		t.Fatalf("kline shape: %s", want)
 	}
 	// startTime/endTime are inclusive epoch ms, oldest first.
@@ -158,7 +158,7 @@ func TestUDF(t *testing.T) {
 	f := newFixture(t, nil)
 	a := f.truth[100]
 	code, body := get(t, fmt.Sprintf("%s/udf/history?symbol=BTC%%2FUSDT&resolution=1&from=%d&to=%d", f.url, a.OpenTime/1000, a.OpenTime/1000+120))
-	want := fmt.Sprintf(`{"s":"ok","t":[%d,%d],"o":[%s,%s],"h":[%s,%s],"l":[%s,%s],"c":[%s,%s],"v":[%s,%s]}`+"\n",
+	want := fmt.Sprintf(`{"s":"ok","t":[%d,%d],"o":[%s,%s],"h":[%s,%s],"l":[%s,%s],"c":[%s,%s],"v":[%s,%s],"final":[true,true]}`+"\n",
 		a.OpenTime/1000, a.OpenTime/1000+60, a.Open, f.truth[101].Open, a.High, f.truth[101].High, a.Low, f.truth[101].Low,
 		a.Close, f.truth[101].Close, a.Volume, f.truth[101].Volume)
 	if code != 200 || string(body) != want {
@@ -234,7 +234,7 @@ func TestBadInput(t *testing.T) {
 	a := f.truth[5]
 	rfc := time.UnixMilli(a.OpenTime).UTC().Format(time.RFC3339)
 	code, body := get(t, f.url+"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&limit=1&start="+rfc)
-	if p := decode(t, body); code != 200 || len(p.Candles) != 1 || string(p.Candles[0]) != string(a.AppendJSON(nil)) {
+	if p := decode(t, body); code != 200 || len(p.Candles) != 1 || string(p.Candles[0]) != string(AppendCandle(nil, &a, true)) {
 		t.Errorf("RFC 3339 start: %d %s", code, body)
 	}
 }

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"math"
 	"slices"
 	"strings"
 
@@ -88,9 +89,11 @@ func checkDerived(tf, base candle.Timeframe, limit int) error {
 }
 
 // derived answers q for a timeframe built from q.base: up to q.limit
-// candles and whether more follow in q's direction.
-func (s *Server) derived(ctx context.Context, q query) ([]candle.Candle, bool, error) {
-	tf := q.tf
+// candles, whether more follow in q's direction, and openFrom (see
+// candles). A built candle is final when every stored candle in it is and
+// its window has ended by the server's clock.
+func (s *Server) derived(ctx context.Context, q query) ([]candle.Candle, bool, int64, error) {
+	tf, none := q.tf, int64(math.MaxInt64)
 	// Derived windows opening in [from, to) are made of stored candles
 	// opening in [lo, hi).
 	lo := tf.Start(q.from)
@@ -99,17 +102,17 @@ func (s *Server) derived(ctx context.Context, q query) ([]candle.Candle, bool, e
 	}
 	hi := tf.End(tf.Start(q.to - 1))
 	if hi <= lo {
-		return nil, false, nil
+		return nil, false, none, nil
 	}
-	sub := func(from, to int64, limit int, desc bool) ([]candle.Candle, bool, error) {
+	sub := func(from, to int64, limit int, desc bool) ([]candle.Candle, bool, int64, error) {
 		return s.candles(ctx, query{symbol: q.symbol, tf: q.base, from: from, to: to, limit: limit, desc: desc})
 	}
 	// The stored candle nearest the page's start picks its first window;
 	// the page spans limit+1 windows from there (one more tells whether
 	// another page exists).
-	edge, _, err := sub(lo, hi, 1, q.desc)
+	edge, _, _, err := sub(lo, hi, 1, q.desc)
 	if err != nil || len(edge) == 0 {
-		return nil, false, err
+		return nil, false, none, err
 	}
 	start, end := tf.Start(edge[0].OpenTime), tf.End(tf.Start(edge[0].OpenTime))
 	for i := 0; i < q.limit; i++ {
@@ -120,29 +123,37 @@ func (s *Server) derived(ctx context.Context, q query) ([]candle.Candle, bool, e
 		}
 	}
 	start, end = max(start, lo), min(end, hi)
-	cs, truncated, err := sub(start, end, maxDerivedReads, false)
+	cs, truncated, subOpen, err := sub(start, end, maxDerivedReads, false)
 	if err != nil {
-		return nil, false, err
+		return nil, false, none, err
 	}
 	if truncated {
-		return nil, false, bad("the page needs more than %d %s candles; ask for a smaller limit", maxDerivedReads, q.base)
+		return nil, false, none, bad("the page needs more than %d %s candles; ask for a smaller limit", maxDerivedReads, q.base)
 	}
 	out := combine(cs, tf)
+	openFrom := none
+	if subOpen != none {
+		openFrom = tf.Start(subOpen)
+	}
+	now := s.o.Now().UnixMilli()
+	for i := len(out) - 1; i >= 0 && out[i].CloseTime > now; i-- {
+		openFrom = min(openFrom, out[i].OpenTime)
+	}
 	if q.desc {
 		slices.Reverse(out)
 	}
 	if len(out) > q.limit {
-		return out[:q.limit], true, nil
+		return out[:q.limit], true, openFrom, nil
 	}
 	// Windows without stored candles (a quiet key) made the page short:
 	// more follow when anything is stored beyond it.
 	var rest []candle.Candle
 	if q.desc {
-		rest, _, err = sub(lo, start, 1, true)
+		rest, _, _, err = sub(lo, start, 1, true)
 	} else {
-		rest, _, err = sub(end, hi, 1, false)
+		rest, _, _, err = sub(end, hi, 1, false)
 	}
-	return out, len(rest) > 0 && len(out) > 0, err
+	return out, len(rest) > 0 && len(out) > 0, openFrom, err
 }
 
 // combine builds the candles of tf from consecutive stored candles

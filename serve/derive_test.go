@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestDerivedEqualsRollup(t *testing.T) {
 				var exp []string
 				for _, c := range want {
 					if c.OpenTime >= from && c.OpenTime < to {
-						exp = append(exp, string(c.AppendJSON(nil)))
+						exp = append(exp, string(AppendCandle(nil, &c, true)))
 					}
 				}
 				if order == "desc" {
@@ -117,8 +118,8 @@ func TestDerivedEqualsRollup(t *testing.T) {
 			t.Fatalf("klines %s: %d %s", name, code, body)
 		}
 		for i, k := range kl {
-			if c := want[len(want)-len(kl)+i]; string(k) != string(appendKline(nil, &c)) {
-				t.Fatalf("kline %s %d: %s, want %s", name, i, k, appendKline(nil, &c))
+			if c := want[len(want)-len(kl)+i]; string(k) != string(appendKline(nil, &c, true)) {
+				t.Fatalf("kline %s %d: %s, want %s", name, i, k, appendKline(nil, &c, true))
 			}
 		}
 		var h struct {
@@ -182,12 +183,49 @@ func TestDerivedCalendar(t *testing.T) {
 			t.Fatalf("%s: %d, %d candles, want %d (+1): %s", name, code, len(p.Candles), len(exp), body)
 		}
 		for i, c := range exp {
-			if string(p.Candles[i]) != string(c.AppendJSON(nil)) {
-				t.Fatalf("%s %d: %s\nwant %s", name, i, p.Candles[i], c.AppendJSON(nil))
+			if string(p.Candles[i]) != string(AppendCandle(nil, &c, true)) {
+				t.Fatalf("%s %d: %s\nwant %s", name, i, p.Candles[i], AppendCandle(nil, &c, true))
 			}
 			if lt := time.UnixMilli(c.OpenTime).In(berlin); lt.Hour() != 0 || lt.Minute() != 0 {
 				t.Fatalf("%s opens at %v", name, lt)
 			}
 		}
+	}
+}
+
+// TestFinalAndVWAP: every answer says which candles are final: the open
+// window is not, nor a built candle holding it; VWAP is quote volume ÷
+// volume (exact, or half-even at 18 places), null without volume.
+func TestFinalAndVWAP(t *testing.T) {
+	f := newFixture(t, nil)
+	code, body := get(t, f.url+"/v1/candles?symbol=BTC%2FUSDT&timeframe=3m&limit=2")
+	var p struct {
+		Candles []struct {
+			OpenTime int64 `json:"open_time"`
+			Final    bool
+			VWAP     *string
+		}
+	}
+	open := f.truth[len(f.truth)-1]
+	if code != 200 || json.Unmarshal(body, &p) != nil || len(p.Candles) != 2 || p.Candles[0].Final || !p.Candles[1].Final ||
+		p.Candles[0].OpenTime != tf(t, "3m").Start(open.OpenTime) {
+		t.Fatalf("3m with the open window: %d %s", code, body)
+	}
+	code, body = get(t, f.url+"/v1/klines?symbol=BTC%2FUSDT&interval=3m&limit=2")
+	if code != 200 || !strings.HasSuffix(string(body), `"0",false]]`+"\n") || !strings.Contains(string(body), `"0",true],[`) {
+		t.Fatalf("3m klines: %s", body)
+	}
+	c := candle.Candle{Symbol: "X", Timeframe: "1m", Volume: decimal.MustParseSum("3"), QuoteVolume: decimal.MustParseSum("65.25"),
+		Open: decimal.MustParse("1"), High: decimal.MustParse("1"), Low: decimal.MustParse("1"), Close: decimal.MustParse("1")}
+	if got := string(AppendCandle(nil, &c, true)); !strings.HasSuffix(got, `,"vwap":"21.75","final":true}`) {
+		t.Fatalf("vwap: %s", got)
+	}
+	c.QuoteVolume = decimal.MustParseSum("20")
+	if got := string(AppendCandle(nil, &c, false)); !strings.HasSuffix(got, `,"vwap":"6.666666666666666667","final":false}`) {
+		t.Fatalf("vwap rounded: %s", got)
+	}
+	c.Volume, c.QuoteVolume, c.Gap = decimal.Sum{}, decimal.Sum{}, true
+	if got := string(AppendCandle(nil, &c, true)); !strings.HasSuffix(got, `,"vwap":null,"final":true}`) {
+		t.Fatalf("gap vwap: %s", got)
 	}
 }

@@ -158,7 +158,7 @@ func TestServeEqualsTopics(t *testing.T) {
 		var want []string
 		for _, c := range bySeries[[2]string{s, tf}] {
 			if c.OpenTime >= from && c.OpenTime < to {
-				want = append(want, string(c.AppendJSON(nil)))
+				want = append(want, string(serve.AppendCandle(nil, &c, !(c.Symbol == sym && c.Timeframe == "1m" && c.OpenTime == M))))
 			}
 		}
 		if order == "desc" {
