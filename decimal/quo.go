@@ -28,21 +28,5 @@ func AppendQuo(dst []byte, num, den Sum, places int) (_ []byte, ok bool) {
 			q.Add(q, big.NewInt(1))
 		}
 	}
-	digits := q.Text(10)
-	for len(digits) <= places {
-		digits = "0" + digits
-	}
-	ip, frac := digits[:len(digits)-places], digits[len(digits)-places:]
-	end := len(frac)
-	for end > 0 && frac[end-1] == '0' {
-		end--
-	}
-	if neg && q.Sign() != 0 {
-		dst = append(dst, '-')
-	}
-	dst = append(dst, ip...)
-	if end > 0 {
-		dst = append(append(dst, '.'), frac[:end]...)
-	}
-	return dst, true
+	return appendFixed(dst, neg && q.Sign() != 0, q, places), true
 }

@@ -57,6 +57,9 @@ func (s *Server) routes() {
 	api("/v1/", func(http.ResponseWriter, *http.Request) error {
 		return notFound("no such endpoint; the API has /v1/candles, /v1/klines, /v1/symbols, /v1/timeframes, /v1/stream and /v1/devices (see the README's Serving section)")
 	})
+	api("/udf/", func(http.ResponseWriter, *http.Request) error {
+		return notFound("no such endpoint; the UDF API has /udf/config, /udf/symbols, /udf/history and /udf/time")
+	})
 	mux.HandleFunc("/v1/stream", s.handleStream)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	if s.o.Metrics != nil {

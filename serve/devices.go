@@ -98,6 +98,23 @@ func deviceErr(err error) error {
 	return err
 }
 
+// pageRequest reads the store, limit and cursor of a paged device request:
+// pg is first (the first page) or the position the cursor holds.
+func (s *Server) pageRequest(r *http.Request, first devicePage) (d Devices, limit int, pg devicePage, err error) {
+	if d, err = s.devices(); err != nil {
+		return nil, 0, first, err
+	}
+	p := r.URL.Query()
+	if limit, err = s.limit("limit", p.Get("limit")); err != nil {
+		return nil, 0, first, err
+	}
+	if c := p.Get("cursor"); c != "" {
+		pg, err = devicePageOf(c, first)
+		return d, limit, pg, err
+	}
+	return d, limit, first, nil
+}
+
 func (s *Server) devices() (Devices, error) {
 	if s.o.Devices == nil {
 		return nil, notFound("the device API is not configured: name the device stores in serve.devices of the topology")
@@ -147,25 +164,16 @@ func (s *Server) handleDeviceLatest(w http.ResponseWriter, r *http.Request) erro
 
 // handleDeviceReadings is GET /v1/devices/{id}/readings?start=&end=&limit=&cursor=.
 func (s *Server) handleDeviceReadings(w http.ResponseWriter, r *http.Request) error {
-	d, err := s.devices()
-	if err != nil {
-		return err
-	}
 	id, err := deviceID(r)
 	if err != nil {
 		return err
 	}
-	p := r.URL.Query()
-	limit, err := s.limit("limit", p.Get("limit"))
+	d, limit, pg, err := s.pageRequest(r, devicePage{Read: "readings", Device: id, To: maxTime + 1})
 	if err != nil {
 		return err
 	}
-	pg := devicePage{Read: "readings", Device: id, To: maxTime + 1}
-	if c := p.Get("cursor"); c != "" {
-		if pg, err = devicePageOf(c, devicePage{Read: "readings", Device: id}); err != nil {
-			return err
-		}
-	} else {
+	if pg.Token == "" {
+		p := r.URL.Query()
 		if v := p.Get("start"); v != "" {
 			if pg.From, err = parseTime("start", v); err != nil {
 				return err
@@ -219,27 +227,19 @@ func appendNext(b []byte, pg devicePage, next string) []byte {
 
 // handleDevicesByStatus is GET /v1/devices?status=LEVEL&limit=&cursor=.
 func (s *Server) handleDevicesByStatus(w http.ResponseWriter, r *http.Request) error {
-	d, err := s.devices()
-	if err != nil {
+	if _, err := s.devices(); err != nil {
 		return err
 	}
-	p := r.URL.Query()
-	level := p.Get("status")
+	level := r.URL.Query().Get("status")
 	if !slices.Contains(s.o.DeviceLevels, level) {
 		if level == "" {
 			return bad("status: required, one of %s", strings.Join(s.o.DeviceLevels, ", "))
 		}
 		return bad("status: %q is not a silence level; use one of %s", level, strings.Join(s.o.DeviceLevels, ", "))
 	}
-	limit, err := s.limit("limit", p.Get("limit"))
+	d, limit, pg, err := s.pageRequest(r, devicePage{Read: "status", Status: level})
 	if err != nil {
 		return err
-	}
-	pg := devicePage{Read: "status", Status: level}
-	if c := p.Get("cursor"); c != "" {
-		if pg, err = devicePageOf(c, pg); err != nil {
-			return err
-		}
 	}
 	items, next, err := d.ByStatus(r.Context(), level, limit, pg.Token)
 	if err != nil {
@@ -267,24 +267,13 @@ func appendItems(b []byte, name string, items []json.RawMessage) []byte {
 
 // handleDeviceSilences is GET /v1/devices/{id}/silences?limit=&cursor=.
 func (s *Server) handleDeviceSilences(w http.ResponseWriter, r *http.Request) error {
-	d, err := s.devices()
-	if err != nil {
-		return err
-	}
 	id, err := deviceID(r)
 	if err != nil {
 		return err
 	}
-	p := r.URL.Query()
-	limit, err := s.limit("limit", p.Get("limit"))
+	d, limit, pg, err := s.pageRequest(r, devicePage{Read: "silences", Device: id})
 	if err != nil {
 		return err
-	}
-	pg := devicePage{Read: "silences", Device: id}
-	if c := p.Get("cursor"); c != "" {
-		if pg, err = devicePageOf(c, pg); err != nil {
-			return err
-		}
 	}
 	items, next, err := d.Silences(r.Context(), id, limit, pg.Token)
 	if err != nil {

@@ -324,10 +324,13 @@ func (s *Sink) IndexPage(ctx context.Context, index, value string, limit int, to
 	return items, encodeToken(pos), nil
 }
 
-// queryPage runs in for up to limit items and returns the key of the last
-// one when more may follow (nil at the end).
+// queryPage runs in for up to limit items (all when limit <= 0), following
+// LastEvaluatedKey and retrying transient errors; it returns the key of the
+// last item when more may follow (nil at the end).
 func (s *Sink) queryPage(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
-	in.Limit = aws.Int32(int32(limit))
+	if limit > 0 {
+		in.Limit = aws.Int32(int32(limit))
+	}
 	var items []map[string]types.AttributeValue
 	for {
 		var out *dynamodb.QueryOutput
@@ -343,12 +346,14 @@ func (s *Sink) queryPage(ctx context.Context, in *dynamodb.QueryInput, limit int
 		if len(out.LastEvaluatedKey) == 0 {
 			return items, nil, nil
 		}
-		if len(items) >= limit {
+		if limit > 0 && len(items) >= limit {
 			items = items[:limit]
 			return items, items[limit-1], nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
-		in.Limit = aws.Int32(int32(limit - len(items)))
+		if limit > 0 {
+			in.Limit = aws.Int32(int32(limit - len(items)))
+		}
 	}
 }
 
