@@ -60,6 +60,9 @@ func (s *Server) routes() {
 	api("/udf/", func(http.ResponseWriter, *http.Request) error {
 		return notFound("no such endpoint; the UDF API has /udf/config, /udf/symbols, /udf/history and /udf/time")
 	})
+	api("/", func(http.ResponseWriter, *http.Request) error {
+		return notFound("no such page; the chart is at /, the API under /v1 and /udf (see the README's Serving section)")
+	})
 	mux.HandleFunc("/v1/stream", s.handleStream)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	if s.o.Metrics != nil {

@@ -329,16 +329,9 @@ func (c *client) writer(ctx context.Context) {
 	}
 }
 
-// updateJSON is a stream message: the candle in the output topics' shape
-// plus "final" (the same JSON the live store publishes).
-func updateJSON(b []byte, u Update) []byte {
-	b = u.Candle.AppendJSON(b)
-	b = b[:len(b)-1]
-	if u.Final {
-		return append(b, `,"final":true}`...)
-	}
-	return append(b, `,"final":false}`...)
-}
+// updateJSON is a stream message: the candle as the candle API answers it
+// (the output topics' shape plus "vwap" and "final").
+func updateJSON(b []byte, u Update) []byte { return AppendCandle(b, &u.Candle, u.Final) }
 
 // pinger pings every ping_interval; a missing pong disconnects.
 func (c *client) pinger(ctx context.Context) {
