@@ -23,9 +23,10 @@ import (
 
 func cmdServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "serve", "[-t topology.yaml] [flags]",
-		"Serves the candle API (/v1/candles, /v1/klines, /udf/history), the live stream (/v1/stream) and the\n"+
-			"chart page (/) over the stores the topology's sinks write, as its serve: section says. It shares\n"+
-			"nothing with the processing group: run as many replicas as you like behind a load balancer.")
+		"Serves the candle API (/v1/candles, /v1/klines, /udf/history), the device API (/v1/devices, with\n"+
+			"serve.devices), the live stream (/v1/stream) and the chart page (/) over the stores the topology's\n"+
+			"sinks write, as its serve: section says. It shares nothing with the processing group: run as many\n"+
+			"replicas as you like behind a load balancer.")
 	top := topologyFlag(fs)
 	listenAddr := fs.String("listen", "", "host:port to listen on (default: serve.listen of the topology)")
 	if err := e.parseNoArgs(fs, args); err != nil {
