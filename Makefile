@@ -76,7 +76,9 @@ FUZZ_TARGETS := \
 	./candle:FuzzParseJSON \
 	./topology:FuzzParse \
 	./connectors/kinesis:FuzzRecordStream \
-	./engine:FuzzDeadLetter
+	./engine:FuzzDeadLetter \
+	./serve:FuzzCandleRequests \
+	./cmd/kandle:FuzzDeviceRequests
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

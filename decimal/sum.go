@@ -178,14 +178,20 @@ func (s Sum) Append(dst []byte) []byte {
 	if s.w == nil {
 		return s.d.Append(dst)
 	}
-	if s.w.Sign() < 0 {
+	return appendFixed(dst, s.w.Sign() < 0, new(big.Int).Abs(s.w), SumScale)
+}
+
+// appendFixed appends ±abs × 10^-scale in plain notation without trailing
+// zeros.
+func appendFixed(dst []byte, neg bool, abs *big.Int, scale int) []byte {
+	if neg {
 		dst = append(dst, '-')
 	}
-	digits := new(big.Int).Abs(s.w).Text(10)
-	for len(digits) <= SumScale {
+	digits := abs.Text(10)
+	for len(digits) <= scale {
 		digits = "0" + digits
 	}
-	ip, frac := digits[:len(digits)-SumScale], digits[len(digits)-SumScale:]
+	ip, frac := digits[:len(digits)-scale], digits[len(digits)-scale:]
 	end := len(frac)
 	for end > 0 && frac[end-1] == '0' {
 		end--

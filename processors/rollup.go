@@ -97,23 +97,7 @@ func (r *Rollup) Process(rec Record, out *Output) {
 }
 
 func (r *Rollup) add(k *rollKey, c *candle.Candle) {
-	a := &k.acc
-	v, q := a.Volume.Add(c.Volume), a.QuoteVolume.Add(c.QuoteVolume) // exact: widen, never fail
-	if !c.Gap {
-		if !k.hasNonGap {
-			a.Open, a.High, a.Low = c.Open, c.High, c.Low
-			k.hasNonGap = true
-		} else {
-			if c.High.Cmp(a.High) > 0 {
-				a.High = c.High
-			}
-			if c.Low.Cmp(a.Low) < 0 {
-				a.Low = c.Low
-			}
-		}
-	}
-	a.Close, a.Volume, a.QuoteVolume = c.Close, v, q
-	a.Trades += c.Trades
+	k.hasNonGap = candle.Merge(&k.acc, c, k.hasNonGap)
 }
 
 func (r *Rollup) emit(k *rollKey, out *Output) {
@@ -121,9 +105,7 @@ func (r *Rollup) emit(k *rollKey, out *Output) {
 	if invariant.Enabled {
 		r.finals.emitted("rollup "+r.to, k.key, c.OpenTime)
 	}
-	if !k.hasNonGap {
-		c.Open, c.High, c.Low, c.Gap = c.Close, c.Close, c.Close, true
-	}
+	candle.FlattenGap(&c, k.hasNonGap)
 	out.Candles = append(out.Candles, c)
 	k.open, k.hasNonGap = false, false
 	k.acc = candle.Candle{}
@@ -174,10 +156,7 @@ func (r *Rollup) Active(fn func(c *candle.Candle)) {
 			continue
 		}
 		r.scratch = k.acc
-		if !k.hasNonGap {
-			c := r.scratch.Close
-			r.scratch.Open, r.scratch.High, r.scratch.Low, r.scratch.Gap = c, c, c, true
-		}
+		candle.FlattenGap(&r.scratch, k.hasNonGap)
 		fn(&r.scratch)
 	}
 	r.active = r.active[:0]

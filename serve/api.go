@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
 )
 
 // apiError is a client error: its status and a message saying what to do.
@@ -48,6 +50,19 @@ func (s *Server) routes() {
 	api("/udf/symbols", s.handleUDFSymbol)
 	api("/udf/history", s.handleUDFHistory)
 	api("/udf/time", s.handleUDFTime)
+	api("/v1/devices", s.handleDevicesByStatus)
+	api("/v1/devices/{id}/latest", s.handleDeviceLatest)
+	api("/v1/devices/{id}/readings", s.handleDeviceReadings)
+	api("/v1/devices/{id}/silences", s.handleDeviceSilences)
+	api("/v1/", func(http.ResponseWriter, *http.Request) error {
+		return notFound("no such endpoint; the API has /v1/candles, /v1/klines, /v1/symbols, /v1/timeframes, /v1/stream and /v1/devices (see the README's Serving section)")
+	})
+	api("/udf/", func(http.ResponseWriter, *http.Request) error {
+		return notFound("no such endpoint; the UDF API has /udf/config, /udf/symbols, /udf/history and /udf/time")
+	})
+	api("/", func(http.ResponseWriter, *http.Request) error {
+		return notFound("no such page; the chart is at /, the API under /v1 and /udf (see the README's Serving section)")
+	})
 	mux.HandleFunc("/v1/stream", s.handleStream)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	if s.o.Metrics != nil {
@@ -137,26 +152,26 @@ func parseTime(name, v string) (int64, error) {
 // maxTime is the latest time a request may name (year 9999).
 const maxTime = 253402300799999
 
-// series validates symbol and timeframe.
-func (s *Server) series(ctx context.Context, symbol, tfName string) (candle.Timeframe, error) {
+// series validates symbol and timeframe: a stored timeframe (base zero) or
+// one built at query time from the stored timeframe base.
+func (s *Server) series(ctx context.Context, symbol, tfName string) (tf, base candle.Timeframe, err error) {
 	if symbol == "" {
-		return candle.Timeframe{}, bad("symbol: required (GET /v1/symbols lists them)")
+		return tf, base, bad("symbol: required (GET /v1/symbols lists them)")
 	}
 	if tfName == "" {
-		return candle.Timeframe{}, bad("timeframe: required, one of %s", strings.Join(s.tfs, ", "))
+		return tf, base, bad("timeframe: required, one of %s, or a whole multiple of one", strings.Join(s.tfs, ", "))
 	}
-	tf, ok := s.o.Timeframes[tfName]
-	if !ok {
-		return candle.Timeframe{}, notFound("timeframe %q is not served; use one of %s", tfName, strings.Join(s.tfs, ", "))
+	if tf, base, err = s.timeframe(tfName); err != nil {
+		return tf, base, err
 	}
 	known, err := s.knownSymbol(ctx, symbol)
 	if err != nil {
-		return candle.Timeframe{}, fmt.Errorf("list symbols: %w", err)
+		return tf, base, fmt.Errorf("list symbols: %w", err)
 	}
 	if !known {
-		return candle.Timeframe{}, notFound("unknown symbol %q (GET /v1/symbols lists them)", symbol)
+		return tf, base, notFound("unknown symbol %q (GET /v1/symbols lists them)", symbol)
 	}
-	return tf, nil
+	return tf, base, nil
 }
 
 // limit reads a limit parameter: default when absent, 1..max_limit.
@@ -221,12 +236,15 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 		}
 		q.symbol, tfName, q.from, q.to, q.desc = cur.Symbol, cur.TF, cur.From, cur.To, cur.Desc
 	}
-	tf, err := s.series(r.Context(), q.symbol, tfName)
+	tf, base, err := s.series(r.Context(), q.symbol, tfName)
 	if err != nil {
 		return err
 	}
-	q.tf = tf
+	q.tf, q.base = tf, base
 	if q.limit, err = s.limit("limit", p.Get("limit")); err != nil {
+		return err
+	}
+	if err := q.checkDerived(); err != nil {
 		return err
 	}
 	format := p.Get("format")
@@ -264,7 +282,7 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 			return bad("end: must be after 1970-01-01")
 		}
 	}
-	cs, more, err := s.candles(r.Context(), q)
+	cs, more, openFrom, err := s.candles(r.Context(), q)
 	if err != nil {
 		return err
 	}
@@ -296,9 +314,9 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 			b = append(b, ',')
 		}
 		if format == "kline" {
-			b = appendKline(b, &cs[i])
+			b = appendKline(b, &cs[i], cs[i].OpenTime < openFrom)
 		} else {
-			b = cs[i].AppendJSON(b)
+			b = AppendCandle(b, &cs[i], cs[i].OpenTime < openFrom)
 		}
 	}
 	b = append(b, ']')
@@ -315,11 +333,36 @@ func (s *Server) handleCandles(w http.ResponseWriter, r *http.Request) error {
 // append their exact text.
 type decimalText interface{ Append(dst []byte) []byte }
 
-// appendKline writes c as the large exchanges' kline array:
-// [open_time, "open", "high", "low", "close", "volume", close_time,
-// "quote_volume", trades], close_time being the window's last millisecond
-// (close_time - 1) as those APIs report it.
-func appendKline(b []byte, c *candle.Candle) []byte {
+// AppendCandle writes c as the candle API answers it: the output topics' JSON shape plus "vwap" and
+// "final" (see appendVWAP; final: the candle will not change again).
+func AppendCandle(b []byte, c *candle.Candle, final bool) []byte {
+	b = c.AppendJSON(b)
+	b = append(b[:len(b)-1], `,"vwap":`...)
+	b = appendVWAP(b, c)
+	return append(strconv.AppendBool(append(b, `,"final":`...), final), '}')
+}
+
+// appendVWAP writes c's volume-weighted average price as a JSON string:
+// quote_volume ÷ volume, exact when the quotient has at most 18 decimal
+// places, else rounded half to even at the 18th; null without volume
+// (gap candles).
+func appendVWAP(b []byte, c *candle.Candle) []byte {
+	n := len(b)
+	b = append(b, '"')
+	b, ok := decimal.AppendQuo(b, c.QuoteVolume, c.Volume, decimal.QuoPlaces)
+	if !ok {
+		return append(b[:n], "null"...)
+	}
+	return append(b, '"')
+}
+
+// appendKline writes c as the large exchanges' kline array: [open_time,
+// "open", "high", "low", "close", "volume", close_time, "quote_volume",
+// trades, taker_buy_volume, taker_buy_quote_volume, "0", final], close_time
+// being the window's last millisecond (close_time - 1) as those APIs report
+// it. The taker columns are null (kandle does not track the aggressor side
+// yet); the twelfth is the exchanges' unused column; final is kandle's.
+func appendKline(b []byte, c *candle.Candle, final bool) []byte {
 	b = append(b, '[')
 	b = strconv.AppendInt(b, c.OpenTime, 10)
 	for _, d := range []decimalText{c.Open, c.High, c.Low, c.Close, c.Volume} {
@@ -333,6 +376,8 @@ func appendKline(b []byte, c *candle.Candle) []byte {
 	b = c.QuoteVolume.Append(b)
 	b = append(b, '"', ',')
 	b = strconv.AppendInt(b, c.Trades, 10)
+	b = append(b, `,null,null,"0",`...)
+	b = strconv.AppendBool(b, final)
 	return append(b, ']')
 }
 
@@ -345,12 +390,15 @@ func (s *Server) handleKlines(w http.ResponseWriter, r *http.Request) error {
 	if tfName == "" {
 		tfName = p.Get("timeframe")
 	}
-	tf, err := s.series(r.Context(), p.Get("symbol"), tfName)
+	tf, base, err := s.series(r.Context(), p.Get("symbol"), tfName)
 	if err != nil {
 		return err
 	}
-	q := query{symbol: p.Get("symbol"), tf: tf, to: maxTime + 1}
+	q := query{symbol: p.Get("symbol"), tf: tf, base: base, to: maxTime + 1}
 	if q.limit, err = s.limit("limit", p.Get("limit")); err != nil {
+		return err
+	}
+	if err := q.checkDerived(); err != nil {
 		return err
 	}
 	if v := p.Get("endTime"); v != "" {
@@ -373,7 +421,7 @@ func (s *Server) handleKlines(w http.ResponseWriter, r *http.Request) error {
 	} else {
 		q.desc = true // the most recent candles before endTime
 	}
-	cs, _, err := s.candles(r.Context(), q)
+	cs, _, openFrom, err := s.candles(r.Context(), q)
 	if err != nil {
 		return err
 	}
@@ -385,7 +433,7 @@ func (s *Server) handleKlines(w http.ResponseWriter, r *http.Request) error {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendKline(b, &cs[i])
+		b = appendKline(b, &cs[i], cs[i].OpenTime < openFrom)
 	}
 	return writeJSON(w, append(b, "]\n"...))
 }
@@ -410,9 +458,11 @@ func (s *Server) handleSymbols(w http.ResponseWriter, r *http.Request) error {
 
 // handleTimeframes is GET /v1/timeframes.
 func (s *Server) handleTimeframes(w http.ResponseWriter, _ *http.Request) error {
+	stored, derived := s.servedNames()
 	b, _ := json.Marshal(struct {
 		Timeframes []string `json:"timeframes"`
-	}{s.tfs})
+		Derived    []string `json:"derived,omitempty"`
+	}{stored, derived})
 	return writeJSON(w, append(b, '\n'))
 }
 
@@ -454,9 +504,13 @@ func (s *Server) udfResolution(res string) (string, error) {
 		cands = append(cands, fmt.Sprintf("%dM", n))
 	}
 	for _, c := range cands {
-		if _, ok := s.o.Timeframes[c]; ok {
-			return c, nil
+		if _, _, err := s.timeframe(c); err == nil {
+			return c, nil // stored, or built from a stored one
 		}
+	}
+	if len(cands) > 0 {
+		_, _, err := s.timeframe(cands[0])
+		return "", notFound("resolution %q: %v", res, err)
 	}
 	return "", notFound("resolution %q is not served; served timeframes: %s", res, strings.Join(s.tfs, ", "))
 }
@@ -479,12 +533,22 @@ func udfResolutionOf(tf string) string {
 	return n + "M"
 }
 
+// udfResolutions lists the stored timeframes and the suggested built ones
+// as TradingView resolutions.
+func (s *Server) udfResolutions() []string {
+	stored, derived := s.servedNames()
+	all := append(slices.Clone(stored), derived...)
+	s.byLength(all)
+	var res []string
+	for _, tf := range all {
+		res = append(res, udfResolutionOf(tf))
+	}
+	return res
+}
+
 // handleUDFConfig is GET /udf/config.
 func (s *Server) handleUDFConfig(w http.ResponseWriter, _ *http.Request) error {
-	res := make([]string, len(s.tfs))
-	for i, tf := range s.tfs {
-		res[i] = udfResolutionOf(tf)
-	}
+	res := s.udfResolutions()
 	b, _ := json.Marshal(map[string]any{
 		"supported_resolutions": res, "supports_search": false, "supports_group_request": false,
 		"supports_marks": false, "supports_timescale_marks": false, "supports_time": true,
@@ -495,13 +559,10 @@ func (s *Server) handleUDFConfig(w http.ResponseWriter, _ *http.Request) error {
 // handleUDFSymbol is GET /udf/symbols?symbol=.
 func (s *Server) handleUDFSymbol(w http.ResponseWriter, r *http.Request) error {
 	sym := r.URL.Query().Get("symbol")
-	if _, err := s.series(r.Context(), sym, s.tfs[0]); err != nil {
+	if _, _, err := s.series(r.Context(), sym, s.tfs[0]); err != nil {
 		return err
 	}
-	res := make([]string, len(s.tfs))
-	for i, tf := range s.tfs {
-		res[i] = udfResolutionOf(tf)
-	}
+	res := s.udfResolutions()
 	b, _ := json.Marshal(map[string]any{
 		"name": sym, "ticker": sym, "description": sym, "type": "crypto", "session": "24x7",
 		"timezone": "Etc/UTC", "exchange": "kandle", "listed_exchange": "kandle", "minmov": 1,
@@ -528,7 +589,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	tf, err := s.series(r.Context(), p.Get("symbol"), tfName)
+	tf, base, err := s.series(r.Context(), p.Get("symbol"), tfName)
 	if err != nil {
 		return err
 	}
@@ -540,7 +601,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 		}
 		return n * 1000, nil
 	}
-	q := query{symbol: p.Get("symbol"), tf: tf}
+	q := query{symbol: p.Get("symbol"), tf: tf, base: base}
 	if q.from, err = secs("from"); err != nil {
 		return err
 	}
@@ -548,8 +609,14 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	q.limit = s.o.Config.MaxLimit
+	if q.base.N > 0 { // a built timeframe: as many bars as one request may build
+		q.limit = int(min(int64(q.limit), maxDerivedReads/max(windowMillis(tf)/windowMillis(base), 1)-1))
+	}
 	if v := p.Get("countback"); v != "" {
 		if q.limit, err = s.limit("countback", v); err != nil {
+			return err
+		}
+		if err := q.checkDerived(); err != nil {
 			return err
 		}
 		// countback asks for that many bars before to, wherever from is.
@@ -560,7 +627,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	} else if err := s.checkSpan(tf, q.from, q.to); err != nil {
 		return err
 	}
-	cs, _, err := s.candles(r.Context(), q)
+	cs, _, openFrom, err := s.candles(r.Context(), q)
 	if err != nil {
 		return err
 	}
@@ -569,7 +636,7 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 	}
 	if len(cs) == 0 {
 		b := []byte(`{"s":"no_data"`)
-		prev, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, from: 0, to: q.from, limit: 1, desc: true})
+		prev, _, _, err := s.candles(r.Context(), query{symbol: q.symbol, tf: tf, base: base, from: 0, to: q.from, limit: 1, desc: true})
 		if err != nil {
 			return err
 		}
@@ -602,6 +669,13 @@ func (s *Server) handleUDFHistory(w http.ResponseWriter, r *http.Request) error 
 			}
 			b = f.get(&cs[i]).Append(b) // a JSON number, every digit kept
 		}
+	}
+	b = append(b, `],"final":[`...)
+	for i := range cs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendBool(b, cs[i].OpenTime < openFrom)
 	}
 	return writeJSON(w, append(b, "]}\n"...))
 }

@@ -23,6 +23,12 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, mutate func(*Options)) fixture {
+	s, truth, now := fixtureServer(t, mutate)
+	return fixture{url: start(t, s), truth: truth, now: now}
+}
+
+// fixtureServer builds the fixture's server without serving it.
+func fixtureServer(t testing.TB, mutate func(*Options)) (*Server, []candle.Candle, time.Time) {
 	now := time.Date(2026, 11, 25, 12, 0, 30, 0, time.UTC)
 	m1 := tf(t, "1m")
 	closed := series("BTC/USDT", m1, now.Add(-3000*time.Minute).UnixMilli(), 3000, 1)
@@ -50,7 +56,7 @@ func newFixture(t *testing.T, mutate func(*Options)) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fixture{url: start(t, s), truth: append(closed, open), now: now}
+	return s, append(closed, open), now
 }
 
 // TestCandlesEqualTruth: for many random ranges, limits and orders, paging
@@ -72,7 +78,7 @@ func TestCandlesEqualTruth(t *testing.T) {
 		var want []string
 		for _, c := range f.truth {
 			if c.OpenTime >= from && c.OpenTime < to {
-				want = append(want, string(c.AppendJSON(nil)))
+				want = append(want, string(AppendCandle(nil, &c, c.OpenTime < f.truth[len(f.truth)-1].OpenTime)))
 			}
 		}
 		if order == "desc" {
@@ -125,17 +131,17 @@ func TestMostRecent(t *testing.T) {
 		t.Fatalf("%d %s", code, body)
 	}
 	p := decode(t, body)
-	if p.Order != "desc" || len(p.Candles) != 3 || string(p.Candles[0]) != string(f.truth[n-1].AppendJSON(nil)) ||
-		string(p.Candles[2]) != string(f.truth[n-3].AppendJSON(nil)) || p.NextCursor == "" {
+	if p.Order != "desc" || len(p.Candles) != 3 || string(p.Candles[0]) != string(AppendCandle(nil, &f.truth[n-1], false)) ||
+		string(p.Candles[2]) != string(AppendCandle(nil, &f.truth[n-3], true)) || p.NextCursor == "" {
 		t.Fatalf("newest page: %s", body)
 	}
 	code, body = get(t, f.url+"/v1/klines?symbol=BTC%2FUSDT&interval=1m&limit=2")
 	c1, c2 := f.truth[n-2], f.truth[n-1]
-	want := "[" + string(appendKline(nil, &c1)) + "," + string(appendKline(nil, &c2)) + "]\n"
+	want := "[" + string(appendKline(nil, &c1, true)) + "," + string(appendKline(nil, &c2, false)) + "]\n"
 	if code != 200 || string(body) != want {
 		t.Fatalf("klines: %d\ngot  %s\nwant %s", code, body, want)
 	}
-	if !strings.Contains(want, fmt.Sprintf(`[%d,"%s","%s","%s","%s","%s",%d,"%s",%d]`, c1.OpenTime, c1.Open, c1.High, c1.Low, c1.Close, c1.Volume, c1.CloseTime-1, c1.QuoteVolume, c1.Trades)) {
+	if !strings.Contains(want, fmt.Sprintf(`[%d,"%s","%s","%s","%s","%s",%d,"%s",%d,null,null,"0",true]`, c1.OpenTime, c1.Open, c1.High, c1.Low, c1.Close, c1.Volume, c1.CloseTime-1, c1.QuoteVolume, c1.Trades)) {
 		t.Fatalf("kline shape: %s", want)
 	}
 	// startTime/endTime are inclusive epoch ms, oldest first.
@@ -152,7 +158,7 @@ func TestUDF(t *testing.T) {
 	f := newFixture(t, nil)
 	a := f.truth[100]
 	code, body := get(t, fmt.Sprintf("%s/udf/history?symbol=BTC%%2FUSDT&resolution=1&from=%d&to=%d", f.url, a.OpenTime/1000, a.OpenTime/1000+120))
-	want := fmt.Sprintf(`{"s":"ok","t":[%d,%d],"o":[%s,%s],"h":[%s,%s],"l":[%s,%s],"c":[%s,%s],"v":[%s,%s]}`+"\n",
+	want := fmt.Sprintf(`{"s":"ok","t":[%d,%d],"o":[%s,%s],"h":[%s,%s],"l":[%s,%s],"c":[%s,%s],"v":[%s,%s],"final":[true,true]}`+"\n",
 		a.OpenTime/1000, a.OpenTime/1000+60, a.Open, f.truth[101].Open, a.High, f.truth[101].High, a.Low, f.truth[101].Low,
 		a.Close, f.truth[101].Close, a.Volume, f.truth[101].Volume)
 	if code != 200 || string(body) != want {
@@ -173,10 +179,10 @@ func TestUDF(t *testing.T) {
 	if code != 200 || !strings.HasPrefix(string(body), fmt.Sprintf(`{"s":"ok","t":[%d,%d]`, f.truth[len(f.truth)-2].OpenTime/1000, last.OpenTime/1000)) {
 		t.Fatalf("countback: %d %s", code, body)
 	}
-	if code, body = get(t, f.url+"/udf/history?symbol=BTC%2FUSDT&resolution=240&from=0&to=60"); code != 404 || !strings.Contains(string(body), "not served") {
+	if code, body = get(t, f.url+"/udf/history?symbol=BTC%2FUSDT&resolution=45S&from=0&to=60"); code != 404 || !strings.Contains(string(body), "finer than the finest stored timeframe 1m") {
 		t.Fatalf("unserved resolution: %d %s", code, body)
 	}
-	if code, body = get(t, f.url+"/udf/config"); code != 200 || !strings.Contains(string(body), `"supported_resolutions":["1","5"]`) {
+	if code, body = get(t, f.url+"/udf/config"); code != 200 || !strings.Contains(string(body), `"supported_resolutions":["1","3","5","15","30","60","120","240","360","720","1D","3D","1W","1M"]`) {
 		t.Fatalf("config: %d %s", code, body)
 	}
 }
@@ -192,7 +198,11 @@ func TestBadInput(t *testing.T) {
 		{"/v1/candles?timeframe=1m", 400, "symbol: required"},
 		{"/v1/candles?symbol=BTC%2FUSDT", 400, "timeframe: required"},
 		{"/v1/candles?symbol=NOPE&timeframe=1m", 404, "unknown symbol"},
-		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=7m", 404, "not served"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=90s", 404, "not a whole multiple of a stored timeframe"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=30s", 404, "finer than the finest stored timeframe 1m"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=2w", 404, "weeks and months take a count of 1"},
+		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1d&limit=1000", 400, "ask for limit ≤ 33"},
+		{"/v1/klines?symbol=BTC%2FUSDT&interval=3d&limit=20", 400, "ask for limit ≤ 10"},
 		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&start=2000&end=1000", 400, "reversed"},
 		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&start=0&end=99999999999", 400, "at most 10000"},
 		{"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&start=yesterday", 400, "neither epoch milliseconds nor RFC 3339"},
@@ -224,7 +234,7 @@ func TestBadInput(t *testing.T) {
 	a := f.truth[5]
 	rfc := time.UnixMilli(a.OpenTime).UTC().Format(time.RFC3339)
 	code, body := get(t, f.url+"/v1/candles?symbol=BTC%2FUSDT&timeframe=1m&limit=1&start="+rfc)
-	if p := decode(t, body); code != 200 || len(p.Candles) != 1 || string(p.Candles[0]) != string(a.AppendJSON(nil)) {
+	if p := decode(t, body); code != 200 || len(p.Candles) != 1 || string(p.Candles[0]) != string(AppendCandle(nil, &a, true)) {
 		t.Errorf("RFC 3339 start: %d %s", code, body)
 	}
 }
@@ -243,7 +253,7 @@ func TestAuthAndCORS(t *testing.T) {
 	if code, _ := get(t, q, "Authorization", "Bearer wrong"); code != 401 {
 		t.Fatalf("wrong token: %d", code)
 	}
-	if code, body := get(t, q, "Authorization", "Bearer s3cret"); code != 200 || string(body) != `{"timeframes":["1m","5m"]}`+"\n" {
+	if code, body := get(t, q, "Authorization", "Bearer s3cret"); code != 200 || string(body) != `{"timeframes":["1m","5m"],"derived":["3m","15m","30m","1h","2h","4h","6h","12h","1d","3d","1w","1M"]}`+"\n" {
 		t.Fatalf("token: %d %s", code, body)
 	}
 	if code, _ := get(t, f.url+"/"); code != 200 {

@@ -14,10 +14,20 @@ import (
 type query struct {
 	symbol string
 	tf     candle.Timeframe
+	base   candle.Timeframe // set: tf is built at query time from this stored timeframe
 	from   int64
 	to     int64
 	limit  int
 	desc   bool
+}
+
+// checkDerived refuses a page of a built timeframe that would read too many
+// stored candles.
+func (q query) checkDerived() error {
+	if q.base.N == 0 {
+		return nil
+	}
+	return checkDerived(q.tf, q.base, q.limit)
 }
 
 // split returns the time before which candles come from the cold store:
@@ -34,9 +44,16 @@ func (s *Server) split() int64 {
 	}
 }
 
-// candles answers q: up to q.limit candles stitched from the stores, and
-// whether more follow in q's direction.
-func (s *Server) candles(ctx context.Context, q query) ([]candle.Candle, bool, error) {
+// candles answers q: up to q.limit candles stitched from the stores,
+// whether more follow in q's direction, and openFrom: the candles opening
+// at or after it are not final (math.MaxInt64 when every one is).
+func (s *Server) candles(ctx context.Context, q query) (cs []candle.Candle, more bool, openFrom int64, err error) {
+	if q.base.N > 0 {
+		return s.derived(ctx, q)
+	}
+	if q.limit <= 0 {
+		return nil, false, math.MaxInt64, nil
+	}
 	want := q.limit + 1 // one more tells whether another page exists
 	b := s.split()
 	type segment struct {
@@ -57,7 +74,7 @@ func (s *Server) candles(ctx context.Context, q query) ([]candle.Candle, bool, e
 	if s.o.Live != nil {
 		c, ok, err := s.o.Live.OpenCandle(ctx, q.symbol, q.tf.String())
 		if err != nil {
-			return nil, false, fmt.Errorf("live store: %w", err)
+			return nil, false, 0, fmt.Errorf("live store: %w", err)
 		}
 		if ok && c.OpenTime >= q.from && c.OpenTime < q.to {
 			open = &c
@@ -70,11 +87,16 @@ func (s *Server) candles(ctx context.Context, q query) ([]candle.Candle, bool, e
 		// +1: the open window may repeat the newest stored candle.
 		cs, err := sg.h.Page(ctx, q.symbol, q.tf, sg.from, sg.to, want+1-len(out), q.desc)
 		if err != nil {
-			return nil, false, fmt.Errorf("%s store: %w", sg.name, err)
+			return nil, false, 0, fmt.Errorf("%s store: %w", sg.name, err)
 		}
 		out = append(out, cs...)
 	}
+	openFrom = math.MaxInt64
 	if open != nil {
+		// The open window is not final, unless a stored final of it wins.
+		if !slices.ContainsFunc(out, func(c candle.Candle) bool { return c.OpenTime == open.OpenTime }) {
+			openFrom = open.OpenTime
+		}
 		out = append(out, *open)
 	}
 	slices.SortStableFunc(out, func(a, b candle.Candle) int {
@@ -92,9 +114,9 @@ func (s *Server) candles(ctx context.Context, q query) ([]candle.Candle, bool, e
 	if q.desc {
 		slices.Reverse(out)
 	}
-	more := len(out) > q.limit
+	more = len(out) > q.limit
 	if more {
 		out = out[:q.limit]
 	}
-	return out, more, nil
+	return out, more, openFrom, nil
 }

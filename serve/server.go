@@ -32,6 +32,11 @@ type Options struct {
 	Cold    History
 	Live    OpenWindow
 	Feed    Feed
+	// Devices, when set, answers the device read API (/v1/devices…).
+	Devices Devices
+	// DeviceLevels are the silence levels /v1/devices?status= accepts
+	// (the silence processors' levels and "recovered").
+	DeviceLevels []string
 	// AuthToken, when set, is the bearer token every API request needs.
 	AuthToken string
 	// Now is the clock (default time.Now).
@@ -50,6 +55,9 @@ type Server struct {
 	hub *hub
 	mux *http.ServeMux
 	tfs []string // served timeframes, shortest first
+	// zone places the days, weeks and months of timeframes built at query
+	// time: the zone of the stored calendar timeframes (nil: UTC).
+	zone *time.Location
 
 	symMu      sync.Mutex
 	syms       map[string]bool
@@ -61,8 +69,8 @@ func New(o Options) (*Server, error) {
 	if len(o.Timeframes) == 0 {
 		return nil, errors.New("serve: no timeframes to serve; the topology needs at least one processor")
 	}
-	if o.Hot == nil && o.Cold == nil && o.Live == nil {
-		return nil, errors.New("serve: no store to read; set serve.hot, serve.cold or serve.live in the topology")
+	if o.Hot == nil && o.Cold == nil && o.Live == nil && o.Devices == nil {
+		return nil, errors.New("serve: no store to read; set serve.hot, serve.cold, serve.live or serve.devices in the topology")
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -87,6 +95,11 @@ func New(o Options) (*Server, error) {
 		ta, tb := o.Timeframes[a], o.Timeframes[b]
 		return int(windowMillis(ta) - windowMillis(tb))
 	})
+	for _, n := range s.tfs {
+		if tf := o.Timeframes[n]; tf.Unit >= candle.Day && tf.Loc != nil && s.zone == nil {
+			s.zone = tf.Loc
+		}
+	}
 	s.hub = newHub(s)
 	s.routes()
 	return s, nil

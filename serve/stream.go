@@ -329,16 +329,9 @@ func (c *client) writer(ctx context.Context) {
 	}
 }
 
-// updateJSON is a stream message: the candle in the output topics' shape
-// plus "final" (the same JSON the live store publishes).
-func updateJSON(b []byte, u Update) []byte {
-	b = u.Candle.AppendJSON(b)
-	b = b[:len(b)-1]
-	if u.Final {
-		return append(b, `,"final":true}`...)
-	}
-	return append(b, `,"final":false}`...)
-}
+// updateJSON is a stream message: the candle as the candle API answers it
+// (the output topics' shape plus "vwap" and "final").
+func updateJSON(b []byte, u Update) []byte { return AppendCandle(b, &u.Candle, u.Final) }
 
 // pinger pings every ping_interval; a missing pong disconnects.
 func (c *client) pinger(ctx context.Context) {
@@ -519,8 +512,11 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 	keys := make([]key, 0, len(req.Params))
 	for i, p := range req.Params {
 		rctx, cancel := context.WithTimeout(ctx, s.o.Config.StoreTimeout)
-		_, err := s.series(rctx, p.Symbol, p.Timeframe)
+		_, base, err := s.series(rctx, p.Symbol, p.Timeframe)
 		cancel()
+		if err == nil && base.N > 0 {
+			err = notFound("timeframe %q is not served by the stream (it is built at query time from %s); subscribe to %s and combine, or read /v1/candles", p.Timeframe, base, base)
+		}
 		if err != nil {
 			code := 400
 			var ae *apiError

@@ -186,4 +186,14 @@ type Serve struct {
 	WriteWait        time.Duration `yaml:"write_wait" default:"10s" doc:"Limit for writing one WebSocket message; a client slower than this is disconnected."`
 	PingInterval     time.Duration `yaml:"ping_interval" default:"20s" doc:"How often the server pings each WebSocket client; a client that does not answer within ping_interval is disconnected."`
 	MaxMessageBytes  int64         `yaml:"max_message_bytes" default:"4096" doc:"Largest message a WebSocket client may send; larger ones close the connection with status 1009."`
+	Devices          ServeDevices  `yaml:"devices" doc:"The device read API (/v1/devices…): which dynamodb sinks hold a fleet's readings and silence events. Empty: no device API."`
+}
+
+// ServeDevices names the dynamodb sinks the device read API reads.
+type ServeDevices struct {
+	Readings    string `yaml:"readings" doc:"Name of a dynamodb sink fed by a readings source, pk from {symbol} (and {shard}), sort key starting with {ts}: GET /v1/devices/{id}/readings, and /latest when latest is empty."`
+	Latest      string `yaml:"latest" doc:"Name of a dynamodb sink keeping one item per device (a sort key without time placeholders, e.g. \"latest\"): GET /v1/devices/{id}/latest is then one strongly consistent GetItem. Empty: the newest item of readings (one consistent Query per write shard)."`
+	Status      string `yaml:"status" doc:"Name of a dynamodb sink fed by a silence processor that keeps one item per device (e.g. pk \"DEVICE#{device}\", sk \"status\"), so its level is the device's current one: GET /v1/devices?status=LEVEL."`
+	StatusIndex string `yaml:"status_index" doc:"The GSI of the status sink's table whose partition key is the level attribute (required with status)."`
+	History     string `yaml:"history" doc:"Name of a dynamodb sink fed by a silence processor whose pk renders from {device} alone (e.g. pk \"DEVICE#{device}\", sk \"{ts}#{event}\"): GET /v1/devices/{id}/silences, oldest first."`
 }

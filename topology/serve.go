@@ -3,6 +3,7 @@ package topology
 import (
 	"net"
 	"net/url"
+	"strings"
 
 	"github.com/kandle/kandle/topology/spec"
 )
@@ -17,11 +18,13 @@ func (c *checker) serve() {
 	}
 	for _, role := range []struct{ key, name, kind string }{
 		{"hot", s.Hot, "dynamodb"}, {"cold", s.Cold, "s3parquet"}, {"live", s.Live, "valkey"},
+		{"devices.readings", s.Devices.Readings, "dynamodb"}, {"devices.latest", s.Devices.Latest, "dynamodb"},
+		{"devices.status", s.Devices.Status, "dynamodb"}, {"devices.history", s.Devices.History, "dynamodb"},
 	} {
 		if role.name == "" {
 			continue
 		}
-		n := c.at("serve", role.key)
+		n := c.at(append([]string{"serve"}, strings.Split(role.key, ".")...)...)
 		sk, ok := t.Sinks[role.name]
 		switch {
 		case !ok:
@@ -29,6 +32,12 @@ func (c *checker) serve() {
 		case sk.Kind != role.kind:
 			c.report(n, "serve.%s: sink %q is a %s sink; %s reads a %s sink", role.key, role.name, sk.Kind, role.key, role.kind)
 		}
+	}
+	if (s.Devices.Status == "") != (s.Devices.StatusIndex == "") {
+		c.report(c.at("serve", "devices"), "serve.devices: status and status_index go together (the status sink and the GSI of its table on the level attribute)")
+	}
+	if s.Devices.Latest != "" && s.Devices.Readings == "" {
+		c.report(c.at("serve", "devices", "latest"), "serve.devices.latest: set serve.devices.readings too (the readings by time come from it)")
 	}
 	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
 		c.report(c.at("serve", "listen"), "serve.listen: %q is not host:port (e.g. 127.0.0.1:8080, or :8080 for every interface)", s.Listen)

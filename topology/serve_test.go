@@ -36,6 +36,7 @@ sinks:
   cors_origins: ["ftp://x", "*"]
   auth_token_env: "my token"
   ping_interval: 0s
+  devices: {status: hist, latest: hist}
 `
 	_, err = Parse("bad.yaml", []byte(bad), testRegistry())
 	if err == nil {
@@ -50,6 +51,9 @@ sinks:
 		`serve.cors_origins[0]: "ftp://x" is not an origin`,
 		`serve.auth_token_env: "my token" is not an environment variable name`,
 		`serve.ping_interval: must be positive`,
+		`serve.devices.status: sink "hist" is a fake sink; devices.status reads a dynamodb sink`,
+		`serve.devices: status and status_index go together`,
+		`serve.devices.latest: set serve.devices.readings too`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)

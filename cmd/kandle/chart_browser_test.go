@@ -8,7 +8,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,12 +95,16 @@ func TestChartPageInBrowser(t *testing.T) {
 	defer tcancel()
 
 	type state struct {
-		Ready   bool   `json:"ready"`
-		Bars    int    `json:"bars"`
-		Updates int    `json:"updates"`
-		Error   string `json:"error"`
-		Symbol  string `json:"symbol"`
-		Last    *struct {
+		Ready      bool    `json:"ready"`
+		Bars       int     `json:"bars"`
+		Updates    int     `json:"updates"`
+		Error      string  `json:"error"`
+		Symbol     string  `json:"symbol"`
+		Panes      int     `json:"panes"`
+		VolumeBars int     `json:"volumeBars"`
+		LastVolume float64 `json:"lastVolume"`
+		Legend     string  `json:"legend"`
+		Last       *struct {
 			Time  int64   `json:"time"`
 			High  float64 `json:"high"`
 			Close float64 `json:"close"`
@@ -142,9 +148,27 @@ func TestChartPageInBrowser(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if dir := os.Getenv("KANDLE_SCREENSHOT_DIR"); dir != "" {
-		shot(t, bctx, dir+"/chart-loaded.png")
+	// The volume pane holds one bar per candle; the legend shows the
+	// newest candle's exact fields.
+	if s.Panes != 2 || s.VolumeBars != s.Bars || s.LastVolume <= 0 || !strings.Contains(s.Legend, " V ") || !strings.Contains(s.Legend, "VWAP ") {
+		t.Fatalf("volume pane and legend: %+v", s)
 	}
+	// A gap candle is drawn flat and grey, its volume bar grey and empty.
+	type drawn struct {
+		Bar struct {
+			Open, High, Low, Close float64
+			Color, WickColor       string
+		}
+		Volume struct {
+			Value float64
+			Color string
+		}
+	}
+	g, err := chromedp.Run(bctx, chromedp.Evaluate[drawn](`window.kandle.draw({open_time: 60000, open: "5", high: "5", low: "5", close: "5", volume: "0", quote_volume: "0", trades: 0, gap: true, vwap: null, final: true})`))
+	if err != nil || g.Bar.Color != "#787b86" || g.Bar.WickColor != "#787b86" || g.Bar.High != g.Bar.Low || g.Volume.Value != 0 || g.Volume.Color != "#787b86" {
+		t.Fatalf("a gap candle is drawn as %+v (%v)", g, err)
+	}
+	shot(t, bctx, "chart-loaded.png")
 
 	// A new trade far above the market moves the last candle.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
@@ -159,7 +183,7 @@ func TestChartPageInBrowser(t *testing.T) {
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		s = read()
-		if s.Last != nil && s.Last.High == spike && s.Updates > 0 {
+		if s.Last != nil && s.Last.High == spike && s.Updates > 0 && s.LastVolume > 0 && s.VolumeBars == s.Bars {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -167,12 +191,20 @@ func TestChartPageInBrowser(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if dir := os.Getenv("KANDLE_SCREENSHOT_DIR"); dir != "" {
-		shot(t, bctx, dir+"/chart-moved.png")
-	}
+	shot(t, bctx, "chart-moved.png")
 }
 
-func shot(t *testing.T, ctx context.Context, path string) {
+// shot saves a screenshot of the page as a test artifact: under
+// $KANDLE_ARTIFACTS when set, else in the test's artifact directory (kept
+// with go test -artifacts -outputdir DIR).
+func shot(t *testing.T, ctx context.Context, name string) {
+	dir := os.Getenv("KANDLE_ARTIFACTS")
+	if dir == "" {
+		dir = t.ArtifactDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
@@ -180,4 +212,5 @@ func shot(t *testing.T, ctx context.Context, path string) {
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("screenshot: %s", path)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -423,33 +421,7 @@ func ledgerItem(it map[string]types.AttributeValue) (candle.Trade, error) {
 // strings, numbers as JSON numbers (their exact text), booleans as booleans.
 func writeItems(w io.Writer, items []map[string]types.AttributeValue) error {
 	for _, it := range items {
-		names := make([]string, 0, len(it))
-		for k := range it {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		b := []byte{'{'}
-		for i, k := range names {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			q, _ := json.Marshal(k)
-			b = append(b, q...)
-			b = append(b, ':')
-			switch v := it[k].(type) {
-			case *types.AttributeValueMemberS:
-				q, _ := json.Marshal(v.Value)
-				b = append(b, q...)
-			case *types.AttributeValueMemberN:
-				b = append(b, v.Value...)
-			case *types.AttributeValueMemberBOOL:
-				b = strconv.AppendBool(b, v.Value)
-			default:
-				b = append(b, "null"...)
-			}
-		}
-		b = append(b, '}', '\n')
-		if _, err := w.Write(b); err != nil {
+		if _, err := w.Write(append(dynamodb.ItemJSON(nil, it), '\n')); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -22,9 +24,10 @@ import (
 
 func cmdServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "serve", "[-t topology.yaml] [flags]",
-		"Serves the candle API (/v1/candles, /v1/klines, /udf/history), the live stream (/v1/stream) and the\n"+
-			"chart page (/) over the stores the topology's sinks write, as its serve: section says. It shares\n"+
-			"nothing with the processing group: run as many replicas as you like behind a load balancer.")
+		"Serves the candle API (/v1/candles, /v1/klines, /udf/history), the device API (/v1/devices, with\n"+
+			"serve.devices), the live stream (/v1/stream) and the chart page (/) over the stores the topology's\n"+
+			"sinks write, as its serve: section says. It shares nothing with the processing group: run as many\n"+
+			"replicas as you like behind a load balancer.")
 	top := topologyFlag(fs)
 	listenAddr := fs.String("listen", "", "host:port to listen on (default: serve.listen of the topology)")
 	if err := e.parseNoArgs(fs, args); err != nil {
@@ -142,7 +145,107 @@ func serveOptions(ctx context.Context, e *env, t *topology.Topology, reg prometh
 		closers = append(closers, r.Close)
 		o.Live, o.Feed = liveStore{r}, liveStore{r}
 	}
+	if d := c.Devices; d != (topology.ServeDevices{}) {
+		ds, err := openDeviceStore(ctx, e, t, d)
+		if err != nil {
+			return fail(err)
+		}
+		o.Devices = ds
+		for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
+			for _, l := range t.Processors[name].Levels {
+				if !slices.Contains(o.DeviceLevels, l.Name) {
+					o.DeviceLevels = append(o.DeviceLevels, l.Name)
+				}
+			}
+		}
+		o.DeviceLevels = append(o.DeviceLevels, "recovered")
+	}
 	return o, closeAll, nil
+}
+
+// openDeviceStore opens the dynamodb sinks serve.devices names.
+func openDeviceStore(ctx context.Context, e *env, t *topology.Topology, d topology.ServeDevices) (deviceStore, error) {
+	var ds deviceStore
+	for _, role := range []struct {
+		key, name string
+		dst       **dynamodb.Sink
+	}{{"readings", d.Readings, &ds.readings}, {"latest", d.Latest, &ds.latest}, {"status", d.Status, &ds.status}, {"history", d.History, &ds.history}} {
+		if role.name == "" {
+			continue
+		}
+		s, err := dynamodb.New(ctx, *t.Sinks[role.name].Config.(*dynamodb.Config), dynamodb.WithLogger(e.log))
+		if err != nil {
+			return deviceStore{}, fmt.Errorf("serve.devices.%s %s: %w", role.key, role.name, err)
+		}
+		*role.dst = s
+	}
+	if ds.status != nil && !ds.status.HasIndex(d.StatusIndex) {
+		return deviceStore{}, fmt.Errorf("serve.devices.status_index: the table of sink %s declares no GSI %q; add it under table.gsis (partition key: the level attribute)", d.Status, d.StatusIndex)
+	}
+	ds.statusIndex = d.StatusIndex
+	return ds, nil
+}
+
+// deviceStore adapts the dynamodb sinks of a fleet to serve.Devices.
+type deviceStore struct {
+	readings, latest, status, history *dynamodb.Sink
+	statusIndex                       string
+}
+
+func notConfigured(key string) error {
+	return fmt.Errorf("this read is not configured: set serve.devices.%s in the topology: %w", key, serve.ErrNotConfigured)
+}
+
+// pageErr maps the sinks' refusal of a page token.
+func pageErr(err error) error {
+	if errors.Is(err, dynamodb.ErrBadPageToken) {
+		return fmt.Errorf("%w: %w", serve.ErrBadPage, err)
+	}
+	return err
+}
+
+func (d deviceStore) LatestReading(ctx context.Context, device string) (candle.Trade, bool, error) {
+	src := d.latest
+	if src == nil {
+		src = d.readings
+	}
+	if src == nil {
+		return candle.Trade{}, false, notConfigured("readings")
+	}
+	return src.LatestReading(ctx, device)
+}
+
+func (d deviceStore) Readings(ctx context.Context, device string, from, to int64, limit int, page string) ([]candle.Trade, string, error) {
+	if d.readings == nil {
+		return nil, "", notConfigured("readings")
+	}
+	trs, next, err := d.readings.ReadingsPage(ctx, device, from, to, limit, page)
+	return trs, next, pageErr(err)
+}
+
+func (d deviceStore) ByStatus(ctx context.Context, level string, limit int, page string) ([]json.RawMessage, string, error) {
+	if d.status == nil {
+		return nil, "", notConfigured("status")
+	}
+	items, next, err := d.status.IndexPage(ctx, d.statusIndex, level, limit, page)
+	return itemsJSON(d.status, items), next, pageErr(err)
+}
+
+func (d deviceStore) Silences(ctx context.Context, device string, limit int, page string) ([]json.RawMessage, string, error) {
+	if d.history == nil {
+		return nil, "", notConfigured("history")
+	}
+	items, next, err := d.history.EventsPage(ctx, map[string]string{"device": device}, limit, page)
+	return itemsJSON(d.history, items), next, pageErr(err)
+}
+
+// itemsJSON renders event items without their storage keys.
+func itemsJSON(s *dynamodb.Sink, items []map[string]types.AttributeValue) []json.RawMessage {
+	out := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		out[i] = dynamodb.ItemJSON(nil, it, s.KeyAttributes()...)
+	}
+	return out
 }
 
 // onlySink names t's one sink of kind, or "" when it has none or several.

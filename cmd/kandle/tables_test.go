@@ -18,14 +18,14 @@ import (
 )
 
 // runKandle runs one command in process and returns its output and exit code.
-func runKandle(t *testing.T, args ...string) (stdout, stderr string, code int) {
+func runKandle(t testing.TB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var o, e bytes.Buffer
 	code = realMain(context.Background(), args, &o, &e)
 	return o.String(), e.String(), code
 }
 
-func writeFile(t *testing.T, name, body string) string {
+func writeFile(t testing.TB, name, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {

@@ -196,24 +196,6 @@ func (s *Sink) query(ctx context.Context, in *dynamodb.QueryInput, forward bool,
 	if s.consistent.Load() && in.IndexName == nil {
 		in.ConsistentRead = aws.Bool(true)
 	}
-	if limit > 0 {
-		in.Limit = aws.Int32(limit)
-	}
-	var items []map[string]types.AttributeValue
-	for {
-		var out *dynamodb.QueryOutput
-		err := s.do(ctx, "Query", func(ctx context.Context) error {
-			var err error
-			out, err = s.client.Query(ctx, in)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("dynamodb Query on table %s: %w", s.cfg.Table.Name, err)
-		}
-		items = append(items, out.Items...)
-		if len(out.LastEvaluatedKey) == 0 || (limit > 0 && len(items) >= int(limit)) {
-			return items, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	items, _, err := s.queryPage(ctx, in, int(limit))
+	return items, err
 }

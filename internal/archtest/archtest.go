@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,7 +184,7 @@ func reach(pkgs map[string]*pkg, from string) map[string]route {
 	}
 	var queue []step
 	start := pkgs[from]
-	for _, q := range sortedKeys(start.imports) {
+	for _, q := range slices.Sorted(maps.Keys(start.imports)) {
 		out[q] = route{file: start.imports[q][0]}
 		queue = append(queue, step{q, out[q]})
 	}
@@ -194,7 +195,7 @@ func reach(pkgs map[string]*pkg, from string) map[string]route {
 		if p == nil {
 			continue
 		}
-		for _, q := range sortedKeys(p.imports) {
+		for _, q := range slices.Sorted(maps.Keys(p.imports)) {
 			if _, seen := out[q]; seen || q == from {
 				continue
 			}
@@ -207,15 +208,6 @@ func reach(pkgs map[string]*pkg, from string) map[string]route {
 		}
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // wallClockFuncs are the functions of package time that read the wall

@@ -18,11 +18,15 @@
     return body;
   }
 
-  const GAP = "#787b86";
+  const GAP = "#787b86", UP = "rgba(38,166,154,0.5)", DOWN = "rgba(239,83,80,0.5)";
+  // toBar draws a candle; the API's exact fields ride along for the legend.
   function toBar(c) {
-    const b = { time: c.open_time / 1000, open: +c.open, high: +c.high, low: +c.low, close: +c.close };
+    const b = { time: c.open_time / 1000, open: +c.open, high: +c.high, low: +c.low, close: +c.close, c: c };
     if (c.gap) { b.color = GAP; b.wickColor = GAP; b.borderColor = GAP; } // flat and grey
     return b;
+  }
+  function toVolume(b) {
+    return { time: b.time, value: +b.c.volume, color: b.c.gap ? GAP : b.close >= b.open ? UP : DOWN };
   }
 
   const chart = LightweightCharts.createChart($("chart"), {
@@ -36,15 +40,40 @@
     upColor: "#26a69a", downColor: "#ef5350", borderVisible: false, wickUpColor: "#26a69a", wickDownColor: "#ef5350",
   });
 
+  // The volume pane under the candles: one bar per candle, grey for gaps.
+  const volume = chart.addSeries(LightweightCharts.HistogramSeries, { priceFormat: { type: "volume" }, priceLineVisible: false }, 1);
+  chart.panes()[1].setHeight(120);
+
+  // legend shows a candle's exact fields: the one under the crosshair, else the newest.
+  function legend(b) {
+    if (!b) { $("legend").textContent = "no candles yet"; return; }
+    const c = b.c;
+    $("legend").textContent = `O ${c.open} H ${c.high} L ${c.low} C ${c.close} V ${c.volume} QV ${c.quote_volume}` +
+      ` VWAP ${c.vwap == null ? "–" : c.vwap} trades ${c.trades}` + (c.gap ? " gap" : "") + (c.final ? "" : " (open)");
+  }
+  let hovered = null;
+  chart.subscribeCrosshairMove((p) => {
+    hovered = p && p.time !== undefined ? state.bars.find((b) => b.time === p.time) || null : null;
+    legend(hovered || state.bars[state.bars.length - 1]);
+  });
+  function setData() {
+    series.setData(state.bars);
+    volume.setData(state.bars.map(toVolume));
+  }
+
   function publish() {
     const bars = state.bars;
     Object.assign(window.kandle, {
       ready: true, symbol: state.symbol, timeframe: state.timeframe, bars: bars.length, updates: state.updates,
       first: bars[0] || null, last: bars[bars.length - 1] || null, gaps: bars.filter((b) => b.color === GAP).length,
+      panes: chart.panes().length, volumeBars: volume.data().length,
+      lastVolume: volume.data().length ? volume.data()[volume.data().length - 1].value : null,
     });
-    const l = bars[bars.length - 1];
-    $("legend").textContent = l ? `O ${l.open} H ${l.high} L ${l.low} C ${l.close}` : "no candles yet";
+    if (!hovered) legend(bars[bars.length - 1]);
+    window.kandle.legend = $("legend").textContent;
   }
+  // For tests: how the page draws a candle and its volume.
+  window.kandle.draw = (c) => { const b = toBar(c); return { bar: b, volume: toVolume(b) }; };
 
   function precisionOf(bars) {
     const p = bars.length ? bars[bars.length - 1].close : 1;
@@ -66,7 +95,7 @@
       state.bars = res.candles.reverse().map(toBar);
       state.cursor = res.next_cursor || "";
       precisionOf(state.bars);
-      series.setData(state.bars);
+      setData();
       if (state.bars.length < 200) chart.timeScale().fitContent();
       chart.timeScale().applyOptions({ secondsVisible: state.timeframe.endsWith("s") });
       publish();
@@ -89,7 +118,7 @@
       state.cursor = res.next_cursor || "";
       if (more.length) {
         state.bars = more.concat(state.bars);
-        series.setData(state.bars);
+        setData();
         publish();
       }
     } catch (e) {
@@ -108,6 +137,7 @@
     if (last && b.time < last.time) return;
     if (last && b.time === last.time) state.bars[state.bars.length - 1] = b; else state.bars.push(b);
     series.update(b);
+    volume.update(toVolume(b));
     state.updates++;
     publish();
   }

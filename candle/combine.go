@@ -1,0 +1,42 @@
+package candle
+
+// Combining closed candles into a longer window is one rule, used by the
+// rollup processor as sub-candles arrive and by the serve API for a
+// timeframe built at query time:
+//
+//   - open, high and low come from the sub-candles that had trades (a gap
+//     sub-candle has none); close is the last sub-candle's close;
+//   - volume, quote volume and trades are the exact sums of all of them;
+//   - a window whose sub-candles are all gaps is a gap candle, flat at its
+//     close (FlattenGap).
+
+// Merge adds sub, the next closed sub-candle in time, to the longer candle
+// acc. nonGap says whether acc already holds a sub-candle with trades; the
+// result says whether it does now.
+func Merge(acc, sub *Candle, nonGap bool) bool {
+	v, q := acc.Volume.Add(sub.Volume), acc.QuoteVolume.Add(sub.QuoteVolume) // exact: widen, never fail
+	if !sub.Gap {
+		if !nonGap {
+			acc.Open, acc.High, acc.Low = sub.Open, sub.High, sub.Low
+			nonGap = true
+		} else {
+			if sub.High.Cmp(acc.High) > 0 {
+				acc.High = sub.High
+			}
+			if sub.Low.Cmp(acc.Low) < 0 {
+				acc.Low = sub.Low
+			}
+		}
+	}
+	acc.Close, acc.Volume, acc.QuoteVolume = sub.Close, v, q
+	acc.Trades += sub.Trades
+	return nonGap
+}
+
+// FlattenGap makes c a gap candle at its close when none of its
+// sub-candles had trades (nonGap false).
+func FlattenGap(c *Candle, nonGap bool) {
+	if !nonGap {
+		c.Open, c.High, c.Low, c.Gap = c.Close, c.Close, c.Close, true
+	}
+}
