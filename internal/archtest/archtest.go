@@ -25,7 +25,7 @@ type floor struct {
 // floors is the layering (see the package doc).
 func floors() []floor {
 	return []floor{
-		{"decimal", 0}, {"internal/invariant", 0}, {"internal/testkit", 0}, {"internal/archtest", 0},
+		{"decimal", 0}, {"internal/invariant", 0}, {"internal/clock", 0}, {"internal/testkit", 0}, {"internal/archtest", 0},
 		{"", 1}, {"candle", 1}, {"internal/gen", 1},
 		{"topology", 2},
 		{"processors", 3},
