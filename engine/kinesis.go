@@ -539,8 +539,15 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 // (processor entry keys never start with '~').
 const progressKey = "~progress"
 
-// handoff builds a child shard's first state from its parents' final state.
+// handoff builds a child shard's first state from its parents' final state:
+// the entries of the keys whose hash falls in the child's range and the
+// parents' partition-wide entries merged, as the processor kind splits and
+// merges them (resharderOf, processors.HandOver).
 func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Shard) (map[string][]byte, error) {
+	r, err := resharderOf(k.e.g.top, k.spec)
+	if err != nil {
+		return nil, err
+	}
 	rng, err := k.ranges.get(ctx, s.ID)
 	if err != nil {
 		return nil, err
@@ -553,37 +560,12 @@ func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Sh
 		}
 		parents = append(parents, entries)
 	}
-	return handOver(parents, rng.owns)
-}
-
-// handOver merges parents' entries into a child: key entries the child owns,
-// and the merged partition entry.
-func handOver(parents []map[string][]byte, owns func(key string) bool) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	var parts [][]byte
-	for _, entries := range parents {
-		for key, v := range entries {
-			name, isKey, err := processors.EntryKey([]byte(key))
-			if err != nil {
-				return nil, err
-			}
-			if !isKey {
-				parts = append(parts, v)
-				continue
-			}
-			if owns(name) {
-				out[key] = v
-			}
-		}
+	entries, conflicts, err := processors.HandOver(r, parents, rng.owns)
+	if len(conflicts) > 0 {
+		k.log.Warn("keys with state in several parent shards keep the first parent's: their records did not all carry them as partition key (key_check: false?)",
+			"shard", s.ID, "parents", s.Parents, "keys", len(conflicts), "first", conflicts[0])
 	}
-	merged, err := processors.MergePartition(parts...)
-	if err != nil {
-		return nil, err
-	}
-	if merged != nil {
-		out[string(processors.PartitionEntry)] = merged
-	}
-	return out, nil
+	return entries, err
 }
 
 func (k *kinesisStage) clPartition(shardID string) int32 {
