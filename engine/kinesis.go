@@ -40,8 +40,11 @@ import (
 //
 // On a split or merge a child shard starts from its parents' final state,
 // keeping only the keys whose hash now falls in the child's range (keys
-// must be the records' partition keys), with the latest of the parents'
-// watermarks. Replay applies the same handoff, so its candles match.
+// must be the records' partition keys), with the parents' partition-wide
+// state merged (the latest watermark, the latest silence clock). Which key
+// a state entry belongs to, and how partition-wide entries merge, is the
+// processor kind's (resharderOf, processors.HandOver). Replay applies the
+// same handoff, so its output matches.
 type kinesisStage struct {
 	spec      *stageSpec
 	e         *Engine
