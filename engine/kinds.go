@@ -49,7 +49,8 @@ type Partition struct {
 // parent shards merge (see processors.HandOver). A kind without it runs on
 // Kafka and on a Kinesis stream that is never resharded; a split or merge
 // of its stream fails the child shard's open with an error naming the kind,
-// rather than hand the child a state it cannot split.
+// rather than hand the child a state it cannot split. The Partition it is
+// given describes the stage (Live and Clock are unset).
 type ReshardingKind interface {
 	Resharder(p *Partition) (processors.Resharder, error)
 }

@@ -549,6 +549,7 @@ const progressKey = "~progress"
 func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Shard) (map[string][]byte, error) {
 	r, err := resharderOf(k.e.g.top, k.spec)
 	if err != nil {
+		k.log.Error("a child shard cannot start: its parents' state cannot be split or merged", "shard", s.ID, "parents", s.Parents, "err", err)
 		return nil, err
 	}
 	rng, err := k.ranges.get(ctx, s.ID)

@@ -5,14 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/kandle/kandle/candle"
-	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/processors"
@@ -70,66 +65,25 @@ dead_letter: {topic: kres.dlq}
 // hands state over the same way); every silence level of every device fires
 // exactly once and each device recovers once, as in the replay.
 func TestKinesisReshardEveryKind(t *testing.T) {
-	kin, ddb := kinesisServices(t, "dev:2")
-	seeds := devBroker(t)
-	path := filepath.Join(t.TempDir(), "kres.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisKindsTopology, seeds[0], kin.URL(), ddb.URL()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	top, err := topology.Load(path, topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, path, seeds, client := kinesisSetup(t, "dev:2", kinesisKindsTopology)
 	ctx := context.Background()
-	client, _, err := kkin.NewClients(ctx, "us-east-1", kin.URL(), ddb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	const devices = 50
 	prod := startDeviceProducer(t, client, "dev", devices)
 	defer prod.stop()
 	a := startEngine(t, top, t.TempDir(), "a")
 	defer a.stop(t)
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "KANDLE_TEST_TOPOLOGY="+path, "KANDLE_TEST_INSTANCE=b", "KANDLE_TEST_STATE="+t.TempDir())
-	var childLog syncBuilder
-	child.Stdout, child.Stderr = &childLog, &childLog
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	child := startChildInstance(t, path, "b")
 	start := time.Now()
 	at := func(d time.Duration) { time.Sleep(time.Until(start.Add(d))) } // the scenario's wall-clock schedule
 
 	at(3 * time.Second)
 	prod.silence(0, 25) // their levels come due across the split and the merge
 	at(4 * time.Second)
-	shards := listKinesisShards(t, client, "dev")
-	sh := shards[0]
-	lo, _ := new(big.Int).SetString(*sh.HashKeyRange.StartingHashKey, 10)
-	hi, _ := new(big.Int).SetString(*sh.HashKeyRange.EndingHashKey, 10)
-	mid := new(big.Int).Rsh(new(big.Int).Add(lo, hi), 1)
-	if _, err := client.SplitShard(ctx, &awskinesis.SplitShardInput{StreamName: aws.String("dev"),
-		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
-		t.Fatal(err)
-	}
-	waitStreamActive(t, client, "dev")
-	var kids []string
-	for _, s := range listKinesisShards(t, client, "dev") {
-		if s.ParentShardId != nil && *s.ParentShardId == *sh.ShardId {
-			kids = append(kids, *s.ShardId)
-		}
-	}
-	if len(kids) != 2 {
-		t.Fatalf("split of %s made %v", *sh.ShardId, kids)
-	}
+	sh := listKinesisShards(t, client, "dev")[0]
+	kids := splitShard(t, client, "dev", sh)
 	t.Logf("split %s into %v", *sh.ShardId, kids)
 	at(7 * time.Second) // between the split and the merge
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
-	t.Log("instance b killed")
+	child.kill(t)
 	at(9 * time.Second)
 	prod.silence(25, 38)
 	at(11 * time.Second)
@@ -183,7 +137,7 @@ func TestKinesisReshardEveryKind(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("live output differs from replay:\ncandles:\n%s\nsilence:\n%s\ndead letters:\n%s\ninstance b log:\n%s",
-				diff, evDiff, dlDiff, tail(childLog.String(), 3000))
+				diff, evDiff, dlDiff, tail(child.log.String(), 3000))
 		}
 		time.Sleep(time.Second)
 	}
@@ -306,6 +260,30 @@ func (p *deviceProducer) stop() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.n
+}
+
+// splitShard splits sh at the middle of its hash range and returns its two
+// children once the stream is active again.
+func splitShard(t *testing.T, client *awskinesis.Client, stream string, sh types.Shard) []string {
+	t.Helper()
+	lo, _ := new(big.Int).SetString(*sh.HashKeyRange.StartingHashKey, 10)
+	hi, _ := new(big.Int).SetString(*sh.HashKeyRange.EndingHashKey, 10)
+	mid := new(big.Int).Rsh(new(big.Int).Add(lo, hi), 1)
+	if _, err := client.SplitShard(context.Background(), &awskinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
+		t.Fatal(err)
+	}
+	waitStreamActive(t, client, stream)
+	var kids []string
+	for _, s := range listKinesisShards(t, client, stream) {
+		if s.ParentShardId != nil && *s.ParentShardId == *sh.ShardId {
+			kids = append(kids, *s.ShardId)
+		}
+	}
+	if len(kids) != 2 {
+		t.Fatalf("split of %s made %v", *sh.ShardId, kids)
+	}
+	return kids
 }
 
 func listKinesisShards(t *testing.T, client *awskinesis.Client, stream string) []types.Shard {
@@ -465,22 +443,4 @@ func kinesisReplayEvents(t *testing.T, top *topology.Topology, seeds []string) (
 		sort.Strings(rec.byTopic[k])
 	}
 	return rec.byTopic, rec.events, rec.deadLetters
-}
-
-// syncBuilder is a strings.Builder safe for a child process's two pipes.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
