@@ -58,6 +58,7 @@ func TestBadInputSameForEveryKind(t *testing.T) {
 		{"escaped time", "d1", `{"device":"d1","ts":"2026-01-15T10:00:05\u005a","temperature":1}`, ""},
 		{"numeric key", "42", `{"device":42,"ts":` + ts + `,"temperature":1}`, ""},
 		{"escaped key", "d/1", `{"device":"d\/1","ts":` + ts + `,"temperature":1}`, ""},
+		{"escaped key and time", "d\x01", `{"device":"d\u0001","ts":"2026-01-15T10:00:05\u005a","temperature":1}`, ReasonInvalidKey},
 		{"key mismatch", "d2", `{"device":"d1","ts":` + ts + `,"temperature":1}`, ReasonKeyMismatch},
 		{"not an object", "d1", `[1]`, ReasonNotObject},
 		{"malformed", "d1", `{"device":`, ReasonMalformedJSON},

@@ -22,7 +22,8 @@ type readingDecoder struct {
 	maxSize   int
 	whitelist map[string]bool // nil: every key
 	keyCheck  bool
-	buf       []byte
+	keyBuf    []byte // the key with its escapes resolved
+	tsBuf     []byte // the time, likewise
 }
 
 func newReadingDecoder(key, ts string, symbols []string, maxSize int, keyCheck bool) readingDecoder {
@@ -100,8 +101,8 @@ func (d *readingDecoder) keyBytes(raw json.RawMessage) ([]byte, bool) {
 		if bytes.IndexByte(body, '\\') < 0 {
 			return body, true
 		}
-		d.buf = unescape(d.buf[:0], body)
-		return d.buf, len(d.buf) > 0
+		d.keyBuf = unescape(d.keyBuf[:0], body)
+		return d.keyBuf, len(d.keyBuf) > 0
 	case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
 		return raw, true
 	}
@@ -115,8 +116,8 @@ func (d *readingDecoder) eventTime(raw json.RawMessage) (int64, error) {
 	case len(raw) >= 2 && raw[0] == '"':
 		body := raw[1 : len(raw)-1]
 		if bytes.IndexByte(body, '\\') >= 0 {
-			d.buf = unescape(d.buf[:0], body)
-			body = d.buf
+			d.tsBuf = unescape(d.tsBuf[:0], body)
+			body = d.tsBuf
 		}
 		return candle.ParseEventTime(body, true)
 	case len(raw) > 0 && (raw[0] == '-' || raw[0] >= '0' && raw[0] <= '9'):
