@@ -94,11 +94,14 @@ func TestKinesisReshardEveryKind(t *testing.T) {
 	waitStreamActive(t, client, "dev")
 	t.Logf("merged %v", kids)
 	at(14 * time.Second)
-	prod.silence(38, devices) // all silent: every level of every device comes due by 14s + 15s
-	at(33 * time.Second)
-	back := time.Now()      // every level fired by now
-	prod.report(0, devices) // every device is back once
-	at(34 * time.Second)
+	prod.silence(38, devices) // all silent
+	// Every level of every device comes due 15s after its last reading put
+	// (a starved producer may put it late): the devices come back once 4s
+	// after that, when every level has fired by the wall clock.
+	time.Sleep(time.Until(prod.lastPut().Add(19 * time.Second)))
+	back := time.Now()
+	prod.report(0, devices)
+	time.Sleep(time.Second)
 	sent := prod.stop()
 	t.Logf("put %d readings in real time", len(sent))
 
@@ -211,13 +214,15 @@ func TestKinesisReshardEveryKind(t *testing.T) {
 // deviceProducer puts one reading per active device every 500 ms,
 // stamped with the wall clock and keyed by the device.
 type deviceProducer struct {
-	mu      sync.Mutex
-	active  []bool
-	once    []bool // devices to report once at the next tick
-	n       int
-	sent    [][2][]byte // every reading put and its partition key, in put order
-	done    chan struct{}
-	stopped chan struct{}
+	mu       sync.Mutex
+	active   []bool
+	once     []bool // devices to report once at the next tick
+	n        int
+	sent     [][2][]byte // every reading put and its partition key, in put order
+	last     time.Time   // when the last reading was put
+	building bool        // a batch is being put
+	done     chan struct{}
+	stopped  chan struct{}
 }
 
 func startDeviceProducer(t *testing.T, client *awskinesis.Client, stream string, devices int) *deviceProducer {
@@ -254,6 +259,7 @@ func startDeviceProducer(t *testing.T, client *awskinesis.Client, stream string,
 				p.sent = append(p.sent, [2][]byte{[]byte(dev), v})
 				p.n++
 			}
+			p.building = len(batch) > 0
 			p.mu.Unlock()
 			if len(batch) == 0 {
 				continue
@@ -263,9 +269,27 @@ func startDeviceProducer(t *testing.T, client *awskinesis.Client, stream string,
 				t.Errorf("put records: %v (failed %d)", err, aws.ToInt32(out.FailedRecordCount))
 				return
 			}
+			p.mu.Lock()
+			p.last, p.building = time.Now(), false
+			p.mu.Unlock()
 		}
 	}()
 	return p
+}
+
+// lastPut returns when the last reading was put, once every device
+// silenced before the call has stopped (a put in flight has ended).
+func (p *deviceProducer) lastPut() time.Time {
+	for {
+		p.mu.Lock()
+		pending := p.building
+		last := p.last
+		p.mu.Unlock()
+		if !pending {
+			return last
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // silence stops devices [from, to).
