@@ -200,6 +200,9 @@ func multiMetricCase(t *testing.T) reshardCase {
 			if sec%9 < 4 && sec > 20 && sec < 190 {
 				continue // silent across the split and the merge: gap candles
 			}
+			if ph == 1 && sec > 90 && owns(dev) {
+				continue // one child falls quiet: the children's watermarks differ at the merge
+			}
 			hum := fmt.Sprintf(`,"humidity":%d`, 40+sec%5)
 			if sec%4 == 0 {
 				hum = "" // this reading has one metric only
