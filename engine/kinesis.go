@@ -531,7 +531,15 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 			return nil, pr, false, err
 		}
 	}
-	batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: barrier + 1})
+	if found {
+		// Only a shard with committed state gets a position in Pebble: a
+		// meta for a shard that has none would make the next load of it
+		// here "found" with no entries, and a child shard opened again on
+		// this instance (its first open cut short, by a lost lease, before
+		// its first commit) would skip its parents' handoff and start
+		// empty.
+		batch.SetMeta(ns, 0, state.Meta{ChangelogOffset: barrier + 1})
+	}
 	if err := batch.Commit(); err != nil {
 		return nil, pr, false, err
 	}
