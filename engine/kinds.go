@@ -48,13 +48,38 @@ type Partition struct {
 	StateLateness *time.Duration
 }
 
+// ReshardingKind is implemented by a registered processor kind whose state
+// can follow a Kinesis split or merge: its Resharder says which record key
+// each state entry belongs to and how partition-wide entries of several
+// parent shards merge (see processors.HandOver). A kind without it runs on
+// Kafka and on a Kinesis stream that is never resharded; a split or merge
+// of its stream fails the child shard's open with an error naming the kind,
+// rather than hand the child a state it cannot split. The Partition it is
+// given describes the stage (Live and Clock are unset).
+type ReshardingKind interface {
+	Resharder(p *Partition) (processors.Resharder, error)
+}
+
 // builder builds the processor of one input partition.
 type builder func(p *Partition) (processor, error)
 
-// builtinKinds returns how the engine builds the processors of the
-// built-in kinds, by kind name.
-func builtinKinds() map[string]builder {
-	return map[string]builder{"candles": newCandles, "rollup": newRollup, "silence": newSilence}
+// builtinKind is how the engine runs a built-in kind: it builds its
+// processors and splits and merges their state across a reshard.
+type builtinKind struct {
+	build   builder
+	reshard func(p *Partition) (processors.Resharder, error)
+}
+
+// builtinKinds returns how the engine runs the built-in kinds, by kind
+// name.
+func builtinKinds() map[string]builtinKind {
+	return map[string]builtinKind{
+		"candles": {newCandles, func(p *Partition) (processors.Resharder, error) {
+			return processors.CandleResharder{Metrics: len(p.Source.Fields.Values) > 0}, nil
+		}},
+		"rollup":  {newRollup, func(*Partition) (processors.Resharder, error) { return processors.RollupResharder{}, nil }},
+		"silence": {newSilence, func(*Partition) (processors.Resharder, error) { return processors.SilenceResharder{}, nil }},
+	}
 }
 
 // builderOf returns how the engine builds the processors of kind k: its
@@ -65,9 +90,32 @@ func builderOf(k topology.ProcessorKind) (builder, error) {
 	}
 	name := k.Facts().Name
 	if b, ok := builtinKinds()[name]; ok {
-		return b, nil
+		return b.build, nil
 	}
 	return nil, fmt.Errorf("kind %s has no processor in this build (its registered value must implement engine.ProcessorKind)", name)
+}
+
+// resharderOf returns how stage s splits and merges its processors' state
+// across a Kinesis reshard: the kind's Resharder when it has one, else the
+// built-in one of its name; an error names a kind that has neither.
+func resharderOf(top *topology.Topology, s *stageSpec) (processors.Resharder, error) {
+	k, ok := top.KindOf(s.Proc)
+	if !ok {
+		return nil, fmt.Errorf("processor %s: unknown kind %q", s.Name, s.Proc.Kind)
+	}
+	p := &Partition{Name: s.Name, Processor: s.Proc, Source: s.source, Decoder: s.decoder,
+		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups}
+	if rk, ok := k.(ReshardingKind); ok {
+		return rk.Resharder(p)
+	}
+	if _, own := k.(ProcessorKind); !own {
+		if b, ok := builtinKinds()[k.Facts().Name]; ok {
+			return b.reshard(p)
+		}
+	}
+	return nil, fmt.Errorf("processor %s: kind %s cannot follow a Kinesis split or merge: its registered value does not implement "+
+		"engine.ReshardingKind (which record key each state entry belongs to, how parents' partition-wide entries merge), "+
+		"so its state cannot be handed to the child shards", s.Name, k.Facts().Name)
 }
 
 // newCandles builds a candle aggregator, or for a source with several

@@ -41,8 +41,11 @@ import (
 //
 // On a split or merge a child shard starts from its parents' final state,
 // keeping only the keys whose hash now falls in the child's range (keys
-// must be the records' partition keys), with the latest of the parents'
-// watermarks. Replay applies the same handoff, so its candles match.
+// must be the records' partition keys), with the parents' partition-wide
+// state merged (the latest watermark, the latest silence clock). Which key
+// a state entry belongs to, and how partition-wide entries merge, is the
+// processor kind's (resharderOf, processors.HandOver). Replay applies the
+// same handoff, so its output matches.
 type kinesisStage struct {
 	spec      *stageSpec
 	e         *Engine
@@ -607,8 +610,16 @@ func (k *kinesisStage) unit(id string) unitRef {
 	return unitRef{ns: k.spec.Name + "/" + id, clPart: k.clPartition(id), keys: unitKeys{prefix: shardPrefix(id)}, seqInPebble: true}
 }
 
-// handoff builds a child shard's first state from its parents' final state.
+// handoff builds a child shard's first state from its parents' final state:
+// the entries of the keys whose hash falls in the child's range and the
+// parents' partition-wide entries merged, as the processor kind splits and
+// merges them (resharderOf, processors.HandOver).
 func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Shard) (map[string][]byte, error) {
+	r, err := resharderOf(k.e.g.top, k.spec)
+	if err != nil {
+		k.log.Error("a child shard cannot start: its parents' state cannot be split or merged", "shard", s.ID, "parents", s.Parents, "err", err)
+		return nil, err
+	}
 	rng, err := k.ranges.get(ctx, s.ID)
 	if err != nil {
 		return nil, err
@@ -621,37 +632,12 @@ func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Sh
 		}
 		parents = append(parents, entries)
 	}
-	return handOver(parents, rng.owns)
-}
-
-// handOver merges parents' entries into a child: key entries the child owns,
-// and the merged partition entry.
-func handOver(parents []map[string][]byte, owns func(key string) bool) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	var parts [][]byte
-	for _, entries := range parents {
-		for key, v := range entries {
-			name, isKey, err := processors.EntryKey([]byte(key))
-			if err != nil {
-				return nil, err
-			}
-			if !isKey {
-				parts = append(parts, v)
-				continue
-			}
-			if owns(name) {
-				out[key] = v
-			}
-		}
+	entries, conflicts, err := processors.HandOver(r, parents, rng.owns)
+	if len(conflicts) > 0 {
+		k.log.Warn("keys with state in several parent shards keep the first parent's: their records did not all carry them as partition key (key_check: false?)",
+			"shard", s.ID, "parents", s.Parents, "keys", len(conflicts), "first", conflicts[0])
 	}
-	merged, err := processors.MergePartition(parts...)
-	if err != nil {
-		return nil, err
-	}
-	if merged != nil {
-		out[string(processors.PartitionEntry)] = merged
-	}
-	return out, nil
+	return entries, err
 }
 
 func (k *kinesisStage) clPartition(shardID string) int32 {

@@ -65,13 +65,17 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 					return err
 				}
 				for _, st := range stages {
+					r, err := resharderOf(g.top, st)
+					if err != nil {
+						return err
+					}
 					var parents []map[string][]byte
 					for _, par := range s.Parents {
 						parents = append(parents, mirror[stageShard{st, par}])
 					}
-					entries, err := handOver(parents, rng.owns)
+					entries, _, err := processors.HandOver(r, parents, rng.owns)
 					if err != nil {
-						return err
+						return fmt.Errorf("hand shard %s its parents' keys: %w", s.ID, err)
 					}
 					if err := p.restore(st, part, entries); err != nil {
 						return err

@@ -3,7 +3,6 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,63 +59,18 @@ func TestKinesisSharedKilledAndResharded(t *testing.T) {
 // testKinesisSharedKilledAndResharded runs the scenario with extra settings
 // appended to the source's kinesis mapping.
 func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
-	kin, ddb := kinesisServices(t, "ticks:4")
-	seeds := devBroker(t)
-	path := filepath.Join(t.TempDir(), "kin.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTopology, seeds[0], kin.URL(), ddb.URL(), kinesisExtra), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	top, err := topology.Load(path, topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	client, _, err := kkin.NewClients(ctx, "us-east-1", kin.URL(), ddb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, path, seeds, client := kinesisSetup(t, "ticks:4", kinesisTopology, kinesisExtra)
 	prod := startKinesisProducer(t, client, "ticks", 300, 0)
 	defer prod.stop()
 	a := startEngine(t, top, t.TempDir(), "a")
 	defer a.stop(t)
-	child := exec.Command(os.Args[0], "-test.run", "^$")
-	child.Env = append(os.Environ(), "KANDLE_TEST_TOPOLOGY="+path, "KANDLE_TEST_INSTANCE=b", "KANDLE_TEST_STATE="+t.TempDir())
-	var childLog strings.Builder
-	child.Stdout, child.Stderr = &childLog, &childLog
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	child := startChildInstance(t, path, "b")
 	time.Sleep(6 * time.Second) // the scenario's pace: both instances hold leases and work
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
-	t.Log("instance b killed")
+	child.kill(t)
 
 	// Split the first shard at the middle of its hash range.
-	shards, err := client.ListShards(ctx, &awskinesis.ListShardsInput{StreamName: aws.String("ticks")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh := shards.Shards[0]
-	lo, _ := new(big.Int).SetString(*sh.HashKeyRange.StartingHashKey, 10)
-	hi, _ := new(big.Int).SetString(*sh.HashKeyRange.EndingHashKey, 10)
-	mid := new(big.Int).Rsh(new(big.Int).Add(lo, hi), 1)
-	if _, err := client.SplitShard(ctx, &awskinesis.SplitShardInput{StreamName: aws.String("ticks"),
-		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		d, err := client.DescribeStreamSummary(ctx, &awskinesis.DescribeStreamSummaryInput{StreamName: aws.String("ticks")})
-		if err == nil && d.StreamDescriptionSummary.StreamStatus == types.StreamStatusActive {
-			break
-		}
-		if i > 200 {
-			t.Fatal("stream not active after split")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	sh := listKinesisShards(t, client, "ticks")[0]
+	splitShard(t, client, "ticks", sh)
 	time.Sleep(8 * time.Second) // trades go on into the children, a takes b's shards
 	sent, sentKeys, lastTS := prod.stop()
 	t.Logf("put %d records in real time", len(sent))
@@ -142,7 +96,7 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("live Kinesis candles differ from replay:\n%s\ninstance b log:\n%s", diff, tail(childLog.String(), 3000))
+			t.Fatalf("live Kinesis candles differ from replay:\n%s\ninstance b log:\n%s", diff, tail(child.log.String(), 3000))
 		}
 		time.Sleep(time.Second)
 	}
@@ -332,6 +286,61 @@ func awsTestEnv(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", "test")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	t.Setenv("AWS_REGION", "us-east-1")
+}
+
+// kinesisSetup starts the services of a live Kinesis test (streams as for
+// kinesisServices) and a dev broker, and writes and loads topology: a
+// format taking the broker, the Kinesis and the DynamoDB endpoints, then
+// extra.
+func kinesisSetup(t *testing.T, streams, topologyFormat string, extra ...any) (top *topology.Topology, path string, seeds []string, client *awskinesis.Client) {
+	t.Helper()
+	kin, ddb := kinesisServices(t, streams)
+	seeds = devBroker(t)
+	path = filepath.Join(t.TempDir(), "topology.yaml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, topologyFormat, append([]any{seeds[0], kin.URL(), ddb.URL()}, extra...)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	top, err := topology.Load(path, topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, _, err = kkin.NewClients(context.Background(), "us-east-1", kin.URL(), ddb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top, path, seeds, client
+}
+
+// childInstance is a kandle instance in its own process (this test binary,
+// see TestMain), so a test can SIGKILL it.
+type childInstance struct {
+	name string
+	cmd  *exec.Cmd
+	log  strings.Builder // its output; read it once it is killed
+}
+
+// startChildInstance runs the topology at path as instance name until the
+// test ends or kills it.
+func startChildInstance(t *testing.T, path, name string) *childInstance {
+	t.Helper()
+	c := &childInstance{name: name, cmd: exec.Command(os.Args[0], "-test.run", "^$")}
+	c.cmd.Env = append(os.Environ(), "KANDLE_TEST_TOPOLOGY="+path, "KANDLE_TEST_INSTANCE="+name, "KANDLE_TEST_STATE="+t.TempDir())
+	c.cmd.Stdout, c.cmd.Stderr = &c.log, &c.log
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.cmd.Process.Kill(); _ = c.cmd.Wait() })
+	return c
+}
+
+// kill SIGKILLs the instance and waits for it to exit.
+func (c *childInstance) kill(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.cmd.Wait()
+	t.Logf("instance %s killed", c.name)
 }
 
 // kinesisServices starts what a live Kinesis stage talks to: kinesis-mock

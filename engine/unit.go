@@ -282,7 +282,15 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 			return st, err
 		}
 	}
-	batch.SetMeta(u.ns, u.part, state.Meta{ChangelogOffset: barrier + 1, InputOffset: st.progress.next})
+	if st.found || !u.seqInPebble {
+		// A shard gets a position in Pebble only once it has committed
+		// state: a meta for a shard that has none would make its next load
+		// here "found" with no entries, and a child shard opened again on
+		// this instance (its first open cut short by a lost lease, before
+		// its first commit) would skip its parents' handoff and start
+		// empty.
+		batch.SetMeta(u.ns, u.part, state.Meta{ChangelogOffset: barrier + 1, InputOffset: st.progress.next})
+	}
 	if err := batch.Commit(); err != nil {
 		return st, err
 	}

@@ -258,13 +258,8 @@ func (d *Decoder) intern(kb []byte) (string, bool) {
 	if s := d.keys.lookup(kb); s != nil {
 		return s.key, true
 	}
-	if detail := candle.KeyProblem(kb); detail != "" {
-		return "", d.fail(Rejection{Reason: ReasonInvalidKey, Key: string(kb),
-			Detail: fmt.Sprintf("key %q %s: keys must be printable UTF-8", kb, detail)})
-	}
-	if d.whitelist {
-		return "", d.fail(Rejection{Reason: ReasonUnknownKey, Key: string(kb),
-			Detail: fmt.Sprintf("key %q is not in the symbols list", kb)})
+	if rej, bad := keyRejection(kb, d.whitelist); bad {
+		return "", d.fail(rej)
 	}
 	if d.keys.len() >= maxInterned {
 		d.keys.clear()

@@ -28,7 +28,16 @@
 // again. A MultiMetric reader splits readings with several value fields
 // into one candle series per metric. All of them implement Processor; so
 // does a new kind of processor, which a kind registered in the topology
-// builds per partition (engine.ProcessorKind).
+// builds per partition (engine.ProcessorKind). Readings (silence,
+// multi-metric) go through the trade decoder's rules for keys, times and
+// bad input, with its reason codes (a key with a control character is
+// invalid_key whatever reads it).
+//
+// Each kind also says how its state follows a Kinesis split or merge: a
+// Resharder tells which record key every state entry belongs to and how
+// the partition-wide entries of several parent shards merge (watermarks
+// and ingestion clocks never go back); HandOver builds a child shard's
+// state from its parents' with it, the same way for every kind.
 //
 // The watermark is stored with the partition's state and never goes back:
 // restored under a longer lateness it holds still until the max event time

@@ -1,7 +1,6 @@
 package processors
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -35,14 +34,11 @@ const MetricKeySep = "#"
 // values keeps the aggregator's own decoder (BenchmarkAggregatorCore).
 type MultiMetric struct {
 	*Aggregator
-	key, ts   []string
-	values    [][]string
-	names     []string
-	whitelist map[string]bool
-	maxSize   int
-	keyCheck  bool
-	buf       []byte
-	sub       Output
+	dec    readingDecoder
+	values [][]string
+	names  []string
+	buf    []byte
+	sub    Output
 }
 
 // NewMultiMetric returns a multi-metric reader over a fresh aggregator of
@@ -63,53 +59,34 @@ func NewMultiMetric(mc MetricsConfig, cfg CandleConfig, clock Clock) (*MultiMetr
 	if err != nil {
 		return nil, err
 	}
-	m := &MultiMetric{Aggregator: a, key: strings.Split(mc.Key, "."), ts: strings.Split(mc.Time, "."), maxSize: mc.MaxRecordBytes, keyCheck: mc.KeyCheck}
+	m := &MultiMetric{Aggregator: a, dec: newReadingDecoder(mc.Key, mc.Time, mc.Symbols, mc.MaxRecordBytes, mc.KeyCheck)}
 	for _, v := range mc.Values {
 		path := strings.Split(v, ".")
 		m.values, m.names = append(m.values, path), append(m.names, v)
-	}
-	if len(mc.Symbols) > 0 {
-		m.whitelist = map[string]bool{}
-		for _, s := range mc.Symbols {
-			m.whitelist[s] = true
-		}
 	}
 	return m, nil
 }
 
 // Process splits one reading into its metrics' series.
 func (m *MultiMetric) Process(rec Record, out *Output) {
-	obj, rawKey, ok := readReading(rec, m.maxSize, m.key, out)
+	rd, ok := m.dec.decode(rec, out)
 	if !ok {
 		return
 	}
-	var dev string
-	if json.Unmarshal(rawKey, &dev) != nil || dev == "" || strings.Contains(dev, MetricKeySep) {
-		reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string without %q", strings.Join(m.key, "."), MetricKeySep)})
-		return
-	}
-	if m.whitelist != nil && !m.whitelist[dev] {
-		reject(out, rec, Rejection{Reason: ReasonUnknownKey, Key: dev, Detail: fmt.Sprintf("device %q is not in the symbols list", dev)})
-		return
-	}
-	if m.keyCheck && string(rec.Key) != dev {
-		reject(out, rec, readingKeyMismatch(rec.Key, m.key, dev))
-		return
-	}
-	rawTS, ok := lookup(obj, m.ts)
-	if !ok {
-		reject(out, rec, Rejection{Reason: ReasonMissingField, Key: dev, Detail: fmt.Sprintf("field %q is missing", strings.Join(m.ts, "."))})
+	dev := rd.id
+	if strings.Contains(dev, MetricKeySep) {
+		reject(out, rec, Rejection{Reason: ReasonMissingField, Key: dev, Detail: fmt.Sprintf("field %q must not contain %q (it joins a device and a metric)", m.dec.keyName, MetricKeySep)})
 		return
 	}
 	found := 0
 	for i, path := range m.values {
-		raw, ok := lookup(obj, path)
+		raw, ok := lookup(rd.obj, path)
 		if !ok {
 			continue // this metric only
 		}
 		found++
 		b := appendStr(append(m.buf[:0], `{"k":`...), dev+MetricKeySep+m.names[i])
-		b = append(append(b, `,"t":`...), rawTS...)
+		b = append(append(b, `,"t":`...), rd.rawTS...)
 		b = append(append(b, `,"v":`...), raw...)
 		m.buf = append(b, '}')
 		m.sub.Reset()
@@ -125,8 +102,8 @@ func (m *MultiMetric) Process(rec Record, out *Output) {
 		case ReasonInvalidPrice:
 			r.Detail = fmt.Sprintf("metric %q: %s", m.names[i], strings.Replace(r.Detail, `"v"`, fmt.Sprintf("%q", m.names[i]), 1))
 			out.Rejected = append(out.Rejected, r)
-		default: // time, future, late: the same for every metric of the reading
-			r.Detail = strings.Replace(r.Detail, `"t"`, fmt.Sprintf("%q", strings.Join(m.ts, ".")), 1)
+		default: // future, late: the same for every metric of the reading
+			r.Detail = strings.Replace(r.Detail, `"t"`, fmt.Sprintf("%q", m.dec.tsName), 1)
 			out.Rejected = append(out.Rejected, r)
 			return
 		}

@@ -36,7 +36,7 @@ func trade(a *Aggregator, at time.Duration, id int) Output {
 // the watermark was stored wrote it.
 func withoutWatermark(t *testing.T, st store) {
 	t.Helper()
-	v := st[string(PartitionEntry)]
+	v := st[string([]byte{entryPartition})]
 	if len(v) < 2 || v[1]&partWM == 0 {
 		t.Fatalf("partition entry %x stores no watermark", v)
 	}
@@ -44,7 +44,7 @@ func withoutWatermark(t *testing.T, st store) {
 	m, w := r.varint(), r.varint()
 	old := []byte{v[0], v[1] &^ partWM}
 	old = binary.AppendVarint(old, m)
-	st[string(PartitionEntry)] = binary.AppendVarint(old, w)
+	st[string([]byte{entryPartition})] = binary.AppendVarint(old, w)
 }
 
 // A lateness raised on existing state (2s → 5s) never reopens a window that

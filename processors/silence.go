@@ -72,17 +72,14 @@ type SilenceConfig struct {
 // not grow with the number of devices, and firing reads only the timers
 // that are due.
 type Silence struct {
-	levels   []SilenceLevel
-	key      []string
-	ts       []string
-	carry    [][]string
-	carryN   []string
-	retire   []string
-	maxSize  int
-	keyCheck bool
-	idle     int64
-	live     bool
-	clock    Clock
+	levels []SilenceLevel
+	dec    readingDecoder
+	carry  [][]string
+	carryN []string
+	retire []string
+	idle   int64
+	live   bool
+	clock  Clock
 
 	store    StateStore
 	mem      *memStore          // non-nil: no engine store, Changes applies here
@@ -140,8 +137,8 @@ func NewSilence(cfg SilenceConfig, clock Clock) (*Silence, error) {
 		seen[l.Name] = true
 	}
 	slices.SortStableFunc(levels, func(a, b SilenceLevel) int { return int(a.After - b.After) })
-	s := &Silence{levels: levels, key: strings.Split(cfg.Key, "."), ts: strings.Split(cfg.Time, "."),
-		maxSize: cfg.MaxRecordBytes, keyCheck: cfg.KeyCheck, idle: cfg.IdleTimeout.Milliseconds(), live: cfg.Live, clock: clock,
+	s := &Silence{levels: levels, dec: newReadingDecoder(cfg.Key, cfg.Time, nil, cfg.MaxRecordBytes, cfg.KeyCheck),
+		idle: cfg.IdleTimeout.Milliseconds(), live: cfg.Live, clock: clock,
 		devs: map[string]*device{}}
 	s.mem = newMemStore()
 	s.store = s.mem
@@ -253,33 +250,11 @@ func (s *Silence) Process(rec Record, out *Output) {
 		}
 		return
 	}
-	obj, rawKey, ok := readReading(rec, s.maxSize, s.key, out)
+	rd, ok := s.dec.decode(rec, out)
 	if !ok {
 		return
 	}
-	var id string
-	if err := json.Unmarshal(rawKey, &id); err != nil || id == "" {
-		if bytes.IndexByte(rawKey, '"') < 0 && len(rawKey) > 0 && (rawKey[0] == '-' || (rawKey[0] >= '0' && rawKey[0] <= '9')) {
-			id = string(rawKey) // a numeric device id
-		} else {
-			reject(out, rec, Rejection{Reason: ReasonMissingField, Detail: strings.Join(s.key, ".") + " is not a string or number"})
-			return
-		}
-	}
-	if s.keyCheck && string(rec.Key) != id {
-		reject(out, rec, readingKeyMismatch(rec.Key, s.key, id))
-		return
-	}
-	rawTS, ok := lookup(obj, s.ts)
-	if !ok {
-		reject(out, rec, Rejection{Reason: ReasonMissingField, Key: id, Detail: fmt.Sprintf("field %q is missing", strings.Join(s.ts, "."))})
-		return
-	}
-	ts, err := parseJSONTime(rawTS)
-	if err != nil {
-		reject(out, rec, Rejection{Reason: ReasonInvalidTS, Key: id, Detail: fmt.Sprintf("field %q: %v", strings.Join(s.ts, "."), err)})
-		return
-	}
+	obj, id, ts := rd.obj, rd.id, rd.ts
 	ing := rec.Timestamp
 	if ing <= 0 {
 		ing = ts
@@ -698,17 +673,6 @@ func lookup(obj map[string]json.RawMessage, path []string) (json.RawMessage, boo
 		}
 	}
 	return nil, false
-}
-
-func parseJSONTime(raw json.RawMessage) (int64, error) {
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return 0, candle.ErrTime
-		}
-		return candle.ParseEventTime([]byte(s), true)
-	}
-	return candle.ParseEventTime(raw, false)
 }
 
 func appendStr(b []byte, s string) []byte {
