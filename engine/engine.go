@@ -211,7 +211,7 @@ func (e *Engine) member() []kgo.Opt {
 }
 
 // kafkaOpts returns the options of a client for the topology's brokers:
-// the seeds, TLS and SASL, then extra. Every kgo client the engine makes
+// the seed brokers, TLS and SASL, then extra. Every kgo client the engine makes
 // starts from it, so none can miss the security settings.
 func (e *Engine) kafkaOpts(extra ...kgo.Opt) []kgo.Opt {
 	opts := make([]kgo.Opt, 0, 1+len(e.security)+len(extra))
