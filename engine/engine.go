@@ -192,6 +192,7 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 			return nil, fmt.Errorf("sink %s (kind %s) has no connector attached", name, sk.Kind)
 		}
 	}
+	e.m.zero(e)
 	return e, nil
 }
 
