@@ -369,7 +369,17 @@ func checkStatefulSet(t *testing.T, objs objects, sts *appsv1.StatefulSet) *topo
 			t.Errorf("topology spread on %s does not select the pods", tsc.TopologyKey)
 		}
 	}
-	return topologyOf(t, objs, spec, c, flags["t"])
+	top := topologyOf(t, objs, spec, c, flags["t"])
+	// Files the topology names (TLS, password) must be mounted.
+	for _, f := range []string{top.Kafka.TLS.CAFile, top.Kafka.TLS.CertFile, top.Kafka.TLS.KeyFile, top.Kafka.SASL.PasswordFile} {
+		if f == "" {
+			continue
+		}
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return strings.HasPrefix(f, m.MountPath+"/") }) {
+			t.Errorf("the topology reads %s, which is on no volume the container mounts (extraVolumes/extraVolumeMounts)", f)
+		}
+	}
+	return top
 }
 
 // topologyOf parses the topology file the container reads from the
