@@ -111,7 +111,8 @@ func scrapeSeries(url string) (map[string]bool, error) {
 }
 
 // TestDashboardAndAlertMetricsExist runs `kandle run` as deployed (DynamoDB,
-// S3 Parquet and Valkey sinks, a silence processor, metrics on) over a stream with duplicates
+// S3 Parquet and Valkey sinks, a silence processor, static membership,
+// metrics on) over a stream with duplicates
 // and malformed records, and checks that every series the Grafana dashboard
 // and the Prometheus alerts use is on its /metrics: a renamed or removed
 // metric cannot leave a panel or an alert silently empty.
@@ -127,6 +128,7 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 	})
 	defer h.shutdown()
 	cfg := sxStream(600, 30*time.Minute)
+	h.runArgs = []string{"-static-membership"} // as the Helm chart runs it
 	h.startRun()
 	h.produce(cfg, 0)
 	h.waitClosed(cfg, 60*time.Second)
