@@ -25,10 +25,13 @@ demo: build
 deps:
 	bash scripts/test-deps.sh
 
-## test: every test, against real servers started on free loopback ports
+## test: every test, against real servers started on free loopback ports, and the Helm chart's
+## strict render check (deploy/chartcheck, a module of its own: the Helm SDK and the Kubernetes
+## API types stay out of kandle's go.mod)
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	cd deploy/chartcheck && $(GO) vet ./... && $(GO) test $(TESTFLAGS) ./...
 
 ## race: the tests of the packages below with the race detector and the invariant checks compiled in
 ## (-race -tags invariants; see internal/invariant): decimal, candle, topology, processors, state and the
@@ -94,12 +97,14 @@ soak: deps
 	KANDLE_SOAK=1 $(GO) test -p 1 -count=$(SOAK_COUNT) -run '^(TestCrashHarness|TestLiveEqualsReplayUnderFaults|TestBrokerTroubleThroughProxies)$$' -timeout 180m -v ./cmd/kandle
 	KANDLE_SOAK=1 $(GO) test -count=$(SOAK_COUNT) -run '^TestDevBrokerGroupNeverWedges$$' -timeout 60m -v ./connectors/kafka
 
-# bench/peers is a module of its own (Goka and sarama stay out of kandle's
-# go.mod), which `go vet ./...` does not enter: vet it here so it keeps building.
+# bench/peers and deploy/chartcheck are modules of their own (Goka, sarama,
+# the Helm SDK and the Kubernetes API types stay out of kandle's go.mod),
+# which `go vet ./...` does not enter: vet them here so they keep building.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	cd bench/peers && $(GO) vet ./...
+	cd deploy/chartcheck && $(GO) vet ./...
 
 ## docs: regenerate docs/reference.md from the component specs
 docs:

@@ -168,11 +168,12 @@ var (
 	genFlagFiles = []string{"../cmd/kandle/gencmd.go", "../internal/gen/flags.go"}
 )
 
-// engineMetrics greps the metric names engine/metrics.go registers and the
-// series names they expose (histograms add _bucket, _sum and _count).
+// engineMetrics greps the metric names engine/metrics.go and
+// engine/health.go register and the series names they expose (histograms
+// add _bucket, _sum and _count).
 func engineMetrics(t *testing.T) (names []string, series map[string]string) {
 	t.Helper()
-	src := string(readFile(t, "../engine/metrics.go"))
+	src := string(readFile(t, "../engine/metrics.go")) + string(readFile(t, "../engine/health.go"))
 	re := regexp.MustCompile(`prometheus\.(Counter|Gauge|Histogram|Summary)Opts\{Name:\s*"([a-z_:][a-z0-9_:]*)"`)
 	series = map[string]string{}
 	for _, m := range re.FindAllStringSubmatch(src, -1) {
@@ -192,12 +193,21 @@ func engineMetrics(t *testing.T) (names []string, series map[string]string) {
 
 var kandleSeries = regexp.MustCompile(`\bkandle_[a-z0-9_]+`)
 
-// checkMetrics reports series in expr that engine/metrics.go does not
-// register and returns the metric names expr uses.
+// connectorMetric matches the metrics the sink connectors register under
+// their own prefixes; cmd/kandle's TestDashboardAndAlertMetricsExist checks
+// them (and every other name) against /metrics of a running kandle run.
+var connectorMetric = regexp.MustCompile(`^kandle_(dynamodb|valkey|s3parquet)_`)
+
+// checkMetrics reports series in expr that engine/metrics.go and
+// engine/health.go do not register (connector metrics aside) and returns
+// the engine metric names expr uses.
 func checkMetrics(t *testing.T, where, expr string, series map[string]string) []string {
 	t.Helper()
 	var used []string
 	for _, s := range kandleSeries.FindAllString(expr, -1) {
+		if connectorMetric.MatchString(s) {
+			continue
+		}
 		name, ok := series[s]
 		if !ok {
 			t.Errorf("%s uses %s, which engine/metrics.go does not register (expr %q)", where, s, expr)
@@ -211,6 +221,9 @@ func checkMetrics(t *testing.T, where, expr string, series map[string]string) []
 func TestEveryFileParses(t *testing.T) {
 	var n int
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && path == filepath.Join("helm", "kandle", "templates") {
+			return fs.SkipDir // Helm templates: deploy/chartcheck renders and checks them
+		}
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -621,5 +634,49 @@ func TestAlerts(t *testing.T) {
 	}
 	if n < 5 {
 		t.Errorf("only %d alerts", n)
+	}
+}
+
+// TestChartTopologiesValidate validates the topology of the Helm chart's
+// default values and of every example values file with the real sink specs
+// (deploy/chartcheck renders the chart; it parses only the graph), and
+// checks that the flags the chart's templates pass to kandle exist.
+func TestChartTopologiesValidate(t *testing.T) {
+	files, err := filepath.Glob("helm/kandle/examples/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no example values under helm/kandle/examples (%v)", err)
+	}
+	files = append([]string{"helm/kandle/values.yaml"}, files...)
+	for _, f := range files {
+		doc := yamlDocs(t, f)[0]
+		src, ok := doc["topology"].(string)
+		if !ok {
+			if f == "helm/kandle/values.yaml" {
+				t.Fatalf("%s: no topology string", f)
+			}
+			continue // an example that keeps the default topology
+		}
+		if _, err := topology.Parse(f+" (topology)", []byte(src), sinkRegistry()); err != nil {
+			t.Errorf("%s: the topology does not validate:\n%v", f, err)
+		}
+	}
+	defined := definedFlags(t, "../cmd/kandle/run.go", "../cmd/kandle/plan.go", "../cmd/kandle/serve.go", "../cmd/kandle/common.go")
+	flagRE := regexp.MustCompile(`(?m)^\s*- -([a-z][a-z0-9-]*)=|\[plan, -([a-z-]+)`)
+	templates, err := filepath.Glob("helm/kandle/templates/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range templates {
+		for _, m := range flagRE.FindAllStringSubmatch(string(readFile(t, f)), -1) {
+			name := m[1] + m[2]
+			n++
+			if !defined[name] {
+				t.Errorf("%s passes -%s, which kandle does not define", f, name)
+			}
+		}
+	}
+	if n < 8 {
+		t.Errorf("found only %d flags in the chart's templates: has their layout changed?", n)
 	}
 }

@@ -52,6 +52,7 @@ type Engine struct {
 	stateDir       string
 	store          *state.Store
 	instance       string
+	static         bool // join consumer groups as a static member named instance
 	clock          processors.Clock
 	brokers        []string
 	security       []kgo.Opt // TLS and SASL from the topology's kafka block; nil for the embedded broker
@@ -105,6 +106,14 @@ func WithTransactionTimeout(d time.Duration) Option { return func(e *Engine) { e
 
 // WithSessionTimeout sets the consumer group session timeout (default 10s).
 func WithSessionTimeout(d time.Duration) Option { return func(e *Engine) { e.sessionTimeout = d } }
+
+// WithStaticMembership makes the instance a static member of its consumer
+// groups (the processor stages' and the sinks'), with the instance id as its
+// group instance id. A static member does not leave its groups when it
+// stops: restarted with the same instance id inside the session timeout, it
+// gets its partitions back without a rebalance. A stopped instance that does
+// not come back keeps its partitions idle until the session timeout ends.
+func WithStaticMembership(on bool) Option { return func(e *Engine) { e.static = on } }
 
 // WithReadyLag sets how many input records a stage or sink may be behind
 // its partitions' high watermarks and still answer ready (default
@@ -187,6 +196,7 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 			return nil, fmt.Errorf("sink %s (kind %s) has no connector attached", name, sk.Kind)
 		}
 	}
+	e.m.zero(e)
 	return e, nil
 }
 
@@ -194,8 +204,19 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 // which instance owns which partitions.
 func (e *Engine) clientID() kgo.Opt { return kgo.ClientID("kandle-" + e.instance) }
 
+// member returns what a consumer-group client adds to its options: the
+// group instance id when the engine runs with static membership. The
+// transactional id of a stage (group + "." + instance) is as stable as the
+// instance id, so the restarted member's producer also fences the old one.
+func (e *Engine) member() []kgo.Opt {
+	if !e.static {
+		return nil
+	}
+	return []kgo.Opt{kgo.InstanceID(e.instance)}
+}
+
 // kafkaOpts returns the options of a client for the topology's brokers:
-// the seeds, TLS and SASL, then extra. Every kgo client the engine makes
+// the seed brokers, TLS and SASL, then extra. Every kgo client the engine makes
 // starts from it, so none can miss the security settings.
 func (e *Engine) kafkaOpts(extra ...kgo.Opt) []kgo.Opt {
 	opts := make([]kgo.Opt, 0, 1+len(e.security)+len(extra))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ type health struct {
 	lastWhy  string                       // the reasons last logged, to log changes only
 	ready    prometheus.Gauge             // kandle_ready
 	unready  *prometheus.GaugeVec         // kandle_unready{check}
+	lagG     *prometheus.GaugeVec         // kandle_consumer_lag{stage, topic, partition}
 	checks   map[string]struct{}          // unready check labels set last time
 	onChange func(ready bool, why string) // logs a change of readiness
 }
@@ -63,8 +65,16 @@ func newHealth(reg prometheus.Registerer, now func() time.Time) (*health, error)
 	if err != nil {
 		return nil, err
 	}
+	// The stage label is the processor's name, or sink.<name> for a sink
+	// (as in kandle_rejected_total).
+	lagG := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_consumer_lag",
+		Help: "Records between a processor's or sink's position and the high watermark of each input partition it owns, as of its last fetch with records."},
+		[]string{"stage", "topic", "partition"})
+	if err := reg.Register(lagG); err != nil {
+		return nil, fmt.Errorf("register kandle_consumer_lag: %w", err)
+	}
 	h := &health{now: now, stall: DefaultStallAfter, maxLag: DefaultReadyLag, starting: "starting",
-		loops: map[string]*loopHealth{}, ready: ready, unready: unready,
+		loops: map[string]*loopHealth{}, ready: ready, unready: unready, lagG: lagG,
 		checks: map[string]struct{}{"starting": {}}}
 	ready.Set(0)
 	unready.WithLabelValues("starting").Set(1)
@@ -153,7 +163,9 @@ func (h *health) turn(name string, cl *kgo.Client, fs kgo.Fetches) {
 	l.beat, l.synced = h.now(), gen >= 0
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
 		if n := len(p.Records); n > 0 {
-			l.lag[topicPartition{p.Topic, p.Partition}] = max(0, p.HighWatermark-(p.Records[n-1].Offset+1))
+			lag := max(0, p.HighWatermark-(p.Records[n-1].Offset+1))
+			l.lag[topicPartition{p.Topic, p.Partition}] = lag
+			h.lagG.WithLabelValues(lagStage(name), p.Topic, strconv.Itoa(int(p.Partition))).Set(float64(lag))
 		}
 	})
 }
@@ -175,8 +187,18 @@ func (h *health) moved(name, topic string, revoked []int32) {
 	l.synced = false
 	for _, p := range revoked {
 		delete(l.lag, topicPartition{topic, p})
+		h.lagG.DeleteLabelValues(lagStage(name), topic, strconv.Itoa(int(p)))
 	}
 	h.mu.Unlock()
+}
+
+// lagStage is the stage label of a loop: the processor's name, or
+// sink.<name> for the loop "sink <name>".
+func lagStage(loop string) string {
+	if name, ok := strings.CutPrefix(loop, "sink "); ok {
+		return "sink." + name
+	}
+	return loop
 }
 
 // sinkDown records why loop name's store fails ("" = it answers again).

@@ -18,7 +18,7 @@ import (
 // 100k symbols across the crypto topology's 8 timeframes (1m candles rolled
 // up to 5m, 15m, 1h, 4h, 1d, 1w and 1M): two hours of trades so every key
 // has open windows at every level, dedupe ids and previous closes. The
-// target (DESIGN.md) is ≤ 1 GiB; memory is bounded by open windows, not
+// target (docs/performance.md) is ≤ 1 GiB; memory is bounded by open windows, not
 // history.
 func BenchmarkStateMemory(b *testing.B) {
 	data, err := fs.ReadFile(kandle.Topologies, "testdata/topologies/crypto.yaml")

@@ -74,3 +74,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// zero creates, at 0, the series of the stages and sinks e runs that only
+// move on rare events (snapshots, errors, silence events), so that
+// dashboards and alerts see them from the first scrape: rate() and
+// increase() over a series that appears only with its first event miss
+// that event.
+func (m *metrics) zero(e *Engine) {
+	for _, s := range e.g.stages {
+		if !e.runs(s.Name) {
+			continue
+		}
+		m.snapshots.WithLabelValues(s.Name)
+		m.snapshotRecords.WithLabelValues(s.Name)
+		if !s.Rollup {
+			m.idleErrors.WithLabelValues(s.Name, "probe")
+			m.idleErrors.WithLabelValues(s.Name, "commit")
+		}
+		if s.Kind.Name == "silence" {
+			m.events.WithLabelValues(s.Name)
+		}
+	}
+	for name := range e.top.Sinks {
+		if e.runs(name) {
+			m.sinkErrors.WithLabelValues(name)
+		}
+	}
+}

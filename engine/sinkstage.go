@@ -88,7 +88,7 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		s.trades, s.dec = ts, dec
 		topics = append(topics, src.Topic)
 	}
-	cl, err := kgo.NewClient(e.kafkaOpts(e.clientID(), kgo.ConsumerGroup(e.g.groupID("sink."+name)),
+	cl, err := kgo.NewClient(append(e.kafkaOpts(e.clientID(), kgo.ConsumerGroup(e.g.groupID("sink."+name)),
 		kgo.ConsumeTopics(topics...), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DisableAutoCommit(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		// The same session as the processor stages: without it kgo's 45 s
@@ -102,7 +102,7 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 		// hung, landing late, is fenced by the S3 sink's conditional PUTs.)
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(s.assigned), kgo.OnPartitionsRevoked(s.revoked), kgo.OnPartitionsLost(s.moved),
-		kgo.WithLogger(kgoLogger(s.log)))...)
+		kgo.WithLogger(kgoLogger(s.log))), e.member()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: kafka client: %w", name, err)
 	}

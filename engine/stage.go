@@ -147,7 +147,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.disown(m[spec.InputTopic]) }),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.disown(m[spec.InputTopic]) }),
 	}
-	sess, err := kgo.NewGroupTransactSession(e.kafkaOpts(opts...)...)
+	sess, err := kgo.NewGroupTransactSession(e.kafkaOpts(append(opts, e.member()...)...)...)
 	if err != nil {
 		return nil, fmt.Errorf("stage %s: kafka client: %w", spec.Name, err)
 	}

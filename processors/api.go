@@ -10,7 +10,7 @@ import (
 // part of the dead-letter contract: never rename one.
 type Reason string
 
-// The reason codes of DESIGN.md → Bad input.
+// The reason codes of docs/contract.md → "Bad input".
 const (
 	ReasonMalformedJSON Reason = "malformed_json"
 	ReasonNotObject     Reason = "not_object"

@@ -65,7 +65,7 @@ func BenchmarkDecode(b *testing.B) {
 // BenchmarkAggregatorCore measures decode + dedupe + window update (and the
 // closes of 1m windows as event time moves) for ~1000 symbols on one core,
 // with the shipped key check.
-// DESIGN.md → Performance targets ≥ 5 M trades/s.
+// docs/performance.md targets ≥ 5 M trades/s.
 func BenchmarkAggregatorCore(b *testing.B) {
 	recs, keys := benchKeyedTrades(1 << 18)
 	benchAggregator(b, recs, keys)
@@ -138,7 +138,7 @@ func benchAggregator(b *testing.B, recs, keys [][]byte) {
 
 // cpuTime returns the CPU time this process used. On a shared, busy machine
 // wall-clock ns/op mostly measures the other processes; CPU time per trade
-// is the number to compare with DESIGN.md's single-core targets.
+// is the number to compare with the single-core targets of docs/performance.md.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // TestDataDriven runs the fixtures in testdata/, one file per rule of
-// DESIGN.md → "Candle semantics". Update expectations with -rewrite, then
+// docs/contract.md. Update expectations with -rewrite, then
 // review the diff by hand.
 //
 // Directives:

@@ -1,5 +1,5 @@
-// Package processors turns trades into candles: the semantics of DESIGN.md →
-// "Candle semantics", as pure code.
+// Package processors turns trades into candles: the semantics of
+// docs/contract.md (the candle contract), as pure code.
 //
 // The model is one processor per input partition. Keys (symbols) live in one
 // partition, so an Aggregator owns every key it sees and needs no

@@ -122,7 +122,7 @@ func sameCandles(t *testing.T, what string, got, want []candle.Candle) {
 		what, len(got), g.String(), len(want), w.String())
 }
 
-// TestRollupEqualsDirect checks DESIGN.md's rollup property on many random
+// TestRollupEqualsDirect checks the rollup property of docs/contract.md on many random
 // streams: when no trade is late, rolling up closed lower candles gives
 // exactly the candles of aggregating the same trades directly.
 func TestRollupEqualsDirect(t *testing.T) {

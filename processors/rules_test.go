@@ -9,9 +9,9 @@ import (
 	"github.com/kandle/kandle/candle"
 )
 
-// TestRejectedRecordsNeverMoveWatermark: DESIGN.md → "Rejected records
-// (late, duplicate, future, invalid, key_mismatch) never move a
-// watermark". Each record below is stamped a day ahead of the partition
+// TestRejectedRecordsNeverMoveWatermark: docs/contract.md → "Watermarks and
+// closing": rejected records (late, duplicate, future, invalid,
+// key_mismatch) never move a watermark. Each record below is stamped a day ahead of the partition
 // and rejected for its reason; none may change the watermark, emit a candle
 // or change state.
 func TestRejectedRecordsNeverMoveWatermark(t *testing.T) {

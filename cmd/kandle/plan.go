@@ -32,6 +32,7 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 	top := topologyFlag(fs)
 	against := fs.String("against", "", "topology file NEW replaces (default: what the brokers recorded)")
 	brokers := brokersFlag(fs)
+	check := fs.Bool("check", false, "exit with an error when a processor's state would have to be rebuilt (a pre-upgrade gate)")
 	if err := e.parseNoArgs(fs, args); err != nil {
 		return err
 	}
@@ -64,6 +65,13 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	printPlan(e.stdout, cur, what, rows, old)
+	if *check {
+		for _, r := range rows {
+			if r.state == "rebuild" {
+				return fmt.Errorf("plan -check: processor %s would have to rebuild its state; rename it or reset it before deploying this topology", r.name)
+			}
+		}
+	}
 	return nil
 }
 

@@ -174,3 +174,17 @@ func TestPlanAgainstBroker(t *testing.T) {
 	}
 	golden(t, "rules_against_broker.golden", strings.ReplaceAll(out.String(), seeds[0], "BROKER"))
 }
+
+// kandle plan -check, the chart's pre-upgrade gate: it fails when a
+// processor would rebuild its state and passes when nothing changes.
+func TestPlanCheck(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := realMain(context.Background(), []string{"plan", "-check", "-t", "testdata/plan/new.yaml", "--against", "testdata/plan/old.yaml"}, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "would have to rebuild its state") {
+		t.Fatalf("plan -check of a rebuilding change: exit %d, stderr %q; want a failure naming the processor", code, errb.String())
+	}
+	errb.Reset()
+	if code := realMain(context.Background(), []string{"plan", "-check", "-t", "testdata/plan/old.yaml", "--against", "testdata/plan/old.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("plan -check of an unchanged topology: exit %d\n%s", code, errb.String())
+	}
+}

@@ -25,7 +25,7 @@ import (
 
 const queryUsage = `-t topology.yaml -sink NAME [-json] ACTION ARGS...
 
-Actions (the access patterns of the seeds):
+Actions (the reads of docs/contract.md, "What the stores hold"):
   latest SYMBOL TIMEFRAME                   newest candle of one symbol, e.g. latest BTC 1m
   range SYMBOL TIMEFRAME -from T -to T      candles with open_time in [from, to), oldest first
   many SYMBOL,SYMBOL,... TIMEFRAME          newest candle of each symbol (absent ones are skipped)

@@ -18,7 +18,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	fs := newFlags(e, "run", "[-t topology.yaml] [flags]",
 		"Runs every processor and sink of the topology as a member of its consumer groups. Start several\n"+
 			"instances with different -instance ids to spread partitions; stop with SIGTERM/Ctrl-C (in-flight work\n"+
-			"is committed and the groups are left cleanly).\n\n"+
+			"is committed and the groups are left cleanly, unless -static-membership keeps the places for a restart).\n\n"+
 			"It refuses to start when the topology changed a setting a processor's stored state depends on\n"+
 			"(timeframe, zone, lateness, max_idle, dedupe, gap_fill, fields, input, its rollup chain), naming each\n"+
 			"processor and what to do; `kandle plan -t NEW --against OLD` shows it before you deploy.")
@@ -31,6 +31,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	listenAddr := fs.String("dev-broker-listen", "127.0.0.1:9092", "where the embedded dev broker listens when the topology says brokers: embedded")
 	only := fs.String("only", "", "comma-separated processor/sink names to run (default all)")
 	txnTimeout := fs.Duration("transaction-timeout", 10*time.Second, "Kafka transaction timeout: the longest a crashed instance's open transaction can hold back readers")
+	static := fs.Bool("static-membership", false, "join the consumer groups as a static member named by -instance: a restart inside -session-timeout gets its partitions back without a rebalance, but a stop does not leave the groups either (its partitions wait out the session timeout)")
 	sessionTimeout := fs.Duration("session-timeout", 10*time.Second, "consumer group session timeout: how long a crashed or frozen instance keeps its partitions before the group moves them")
 	readyLag := fs.Int64("ready-lag", engine.DefaultReadyLag, "/readyz answers not ready while a stage or sink is more than this many input records behind")
 	stallAfter := fs.Duration("stall-after", engine.DefaultStallAfter, "/healthz answers not alive once a stage or sink loop has not turned for this long")
@@ -61,7 +62,7 @@ func cmdRun(ctx context.Context, e *env, args []string) error {
 	}
 	opts := append(sinks, engine.WithLogger(e.log), engine.WithRegisterer(reg), engine.WithStateDir(*stateDir),
 		engine.WithInstanceID(*instance), engine.WithDevBrokerListen(*listenAddr), engine.WithTransactionTimeout(*txnTimeout),
-		engine.WithSessionTimeout(*sessionTimeout), engine.WithReadyLag(*readyLag), engine.WithStallAfter(*stallAfter))
+		engine.WithSessionTimeout(*sessionTimeout), engine.WithStaticMembership(*static), engine.WithReadyLag(*readyLag), engine.WithStallAfter(*stallAfter))
 	if b := splitList(*brokers); len(b) > 0 {
 		opts = append(opts, engine.WithBrokers(b))
 	}

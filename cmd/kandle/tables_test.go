@@ -77,7 +77,7 @@ sinks:
 
 // tables apply creates the declared tables once; a second run and a dry run
 // change nothing. kandle query then reads what a sink wrote, in each of the
-// seeds' access patterns.
+// access patterns of docs/contract.md ("What the stores hold").
 func TestTablesApplyAndQuery(t *testing.T) {
 	ddb := testkit.Dynalite(t)
 	top := writeFile(t, "tables.yaml", fmt.Sprintf(tablesTopology, ddb.URL()))

@@ -68,3 +68,15 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *erro
 	}
 	return c
 }
+
+// zero creates the table's retry and error series at 0, so dashboards and
+// alerts see them before the first retry or error.
+func (m *metrics) zero(table string) {
+	for _, r := range []string{"unprocessed", classThrottled.String(), classTransient.String()} {
+		m.retries.WithLabelValues(table, r)
+	}
+	for c := classTransient; c <= classPermanent; c++ {
+		m.errors.WithLabelValues(table, c.String())
+	}
+	m.errors.WithLabelValues(table, "rejected")
+}

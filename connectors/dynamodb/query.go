@@ -15,7 +15,8 @@ import (
 	"github.com/kandle/kandle/candle"
 )
 
-// The reads below serve the seeds' access patterns. They need a pk built
+// The reads below serve the access patterns of docs/contract.md ("What the
+// stores hold"). They need a pk built
 // only from {symbol}, {timeframe} and {shard}, and a sort key that sorts by
 // time ({open_time} or {ts} first), so that "latest" and "from..to" map to
 // one Query per partition. With shards > 0 every shard's partition is

@@ -95,6 +95,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	if s.m, err = newMetrics(o.reg); err != nil {
 		return nil, err
 	}
+	s.m.zero(cfg.Table.Name)
 	if s.pk, err = parseTemplate(cfg.PK); err != nil {
 		return nil, err
 	}

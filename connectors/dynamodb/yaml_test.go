@@ -12,7 +12,8 @@ import (
 	"github.com/kandle/kandle/topology/spec"
 )
 
-// The three DynamoDB schemas of DESIGN.md → Sinks, as YAML sink blocks.
+// The three DynamoDB layouts of docs/contract.md ("What the stores hold"),
+// as YAML sink blocks.
 var schemaYAML = map[string]string{
 	"candle history": `
 table:

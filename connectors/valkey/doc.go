@@ -2,7 +2,8 @@
 // candle of every (timeframe, symbol) in a Valkey hash and publishes every
 // change on a channel, so charts update in real time without polling.
 //
-// The seeds did this with one Lua EVALSHA per trade. Here the candle
+// The usual serverless design does this with one Lua EVALSHA per trade
+// (LuaBaseline, kept for comparison). Here the candle
 // processor already holds the candle, so Valkey only needs the latest state:
 // Sink.Active keeps the newest candle per window (timeframe, symbol,
 // open_time) in memory and one owned goroutine sends all changed windows

@@ -11,7 +11,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 )
 
-// LuaBaseline is the seeds' serverless design, kept only so benchmarks and
+// LuaBaseline is the per-trade serverless design, kept only so benchmarks and
 // tests can measure kandle against it: one EVALSHA per trade that updates the
 // active candle hash and publishes it. Its arithmetic is Lua doubles, NOT
 // exact decimals; do not use it for anything but comparison.

@@ -202,8 +202,8 @@ func Dynalite(t testing.TB) *Service {
 			"--createTableMs", "20", "--deleteTableMs", "20", "--updateTableMs", "20"})
 }
 
-// S3rver starts the s3rver S3 emulator (credentials S3RVER/S3RVER only; see
-// LOCAL_STACK notes: its suffix Range requests are wrong).
+// S3rver starts the s3rver S3 emulator (credentials S3RVER/S3RVER only; its
+// suffix Range requests are wrong).
 func S3rver(t testing.TB) *Service {
 	t.Helper()
 	port := FreePort(t)
