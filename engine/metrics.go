@@ -87,6 +87,8 @@ func (m *metrics) zero(e *Engine) {
 		}
 		m.snapshots.WithLabelValues(s.Name)
 		m.snapshotRecords.WithLabelValues(s.Name)
+		m.panics.WithLabelValues(s.Name)
+		m.restarts.WithLabelValues(s.Name)
 		if !s.Rollup {
 			m.idleErrors.WithLabelValues(s.Name, "probe")
 			m.idleErrors.WithLabelValues(s.Name, "commit")
@@ -98,6 +100,7 @@ func (m *metrics) zero(e *Engine) {
 	for name := range e.top.Sinks {
 		if e.runs(name) {
 			m.sinkErrors.WithLabelValues(name)
+			m.restarts.WithLabelValues("sink " + name)
 		}
 	}
 }

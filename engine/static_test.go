@@ -84,7 +84,7 @@ func startMember(t *testing.T, top *topology.Topology, instance string, static b
 	return &member{reg: reg, run: r, sessions: sessions}
 }
 
-// assignment returns the group's members by instance (or client) id with
+// assignment returns the group's members by instance (or member) id with
 // their partitions of topic, once the group is stable.
 func assignment(t *testing.T, adm *kadm.Client, group, topic string) map[string][]int32 {
 	t.Helper()
@@ -98,7 +98,7 @@ func assignment(t *testing.T, adm *kadm.Client, group, topic string) map[string]
 	}
 	out := map[string][]int32{}
 	for _, m := range g.Members {
-		id := m.ClientID
+		id := m.MemberID // unique; the dev broker does not report client ids
 		if m.InstanceID != nil {
 			id = *m.InstanceID
 		}
