@@ -34,7 +34,10 @@ import (
 //   - after the join phase, members that have not sent SyncGroup within the
 //     rebalance timeout are removed and the group rebalances again;
 //   - a removed member's waiting request is answered (UNKNOWN_MEMBER_ID), so
-//     every JoinGroup and SyncGroup gets an answer.
+//     every JoinGroup and SyncGroup gets an answer;
+//   - a static member (group instance id) that restarts into a stable group
+//     whose protocol it still offers takes its old place and assignment
+//     without a rebalance, and the old member is fenced.
 //
 // Offsets stay in kfake: a commit that passes the checks here reaches kfake
 // as a simple (memberless) commit, which it stores as usual.
@@ -336,6 +339,24 @@ func (gc *groupCoordinator) join(req *kmsg.JoinGroupRequest) (kmsg.Response, *pa
 	m := g.members[req.MemberID]
 	switch {
 	case req.MemberID == "" && req.InstanceID != nil:
+		if old := g.members[g.static[*req.InstanceID]]; old != nil && g.state == groupStable && protocolsOffer(req.Protocols, g.protocol) {
+			// A static member restarting into a stable group that still
+			// runs a protocol it offers: as in Kafka, it takes the old
+			// member's place and assignment without a rebalance (the
+			// old one is fenced). A leader skips the assignment.
+			gc.answerWaiting(old, kerr.FencedInstanceID.Code)
+			delete(g.members, old.id)
+			m = &devMember{id: newMemberID(req.InstanceID), instanceID: req.InstanceID, assignment: old.assignment,
+				session: session, rebalance: rebalance, protocols: req.Protocols, expires: now.Add(session)}
+			g.static[*req.InstanceID] = m.id
+			g.members[m.id] = m
+			if g.leader == old.id {
+				g.leader = m.id
+			}
+			g.fillJoin(m, resp)
+			resp.SkipAssignment = m.id == g.leader
+			return resp, nil
+		}
 		if old := g.members[g.static[*req.InstanceID]]; old != nil {
 			// A static member restarting: the new one replaces and
 			// fences the old.
@@ -419,8 +440,13 @@ func (g *devGroup) accepts(req *kmsg.JoinGroupRequest) bool {
 	return false
 }
 
+// protocolsOffer reports whether a joining member offers protocol name.
+func protocolsOffer(ps []kmsg.JoinGroupRequestProtocol, name string) bool {
+	return slices.ContainsFunc(ps, func(p kmsg.JoinGroupRequestProtocol) bool { return p.Name == name })
+}
+
 func (m *devMember) supports(name string) bool {
-	return slices.ContainsFunc(m.protocols, func(p kmsg.JoinGroupRequestProtocol) bool { return p.Name == name })
+	return protocolsOffer(m.protocols, name)
 }
 
 func (m *devMember) sameProtocols(ps []kmsg.JoinGroupRequestProtocol) bool {
