@@ -239,7 +239,11 @@
 // offset the broker reports right then. A partition found behind restarts
 // its idle clock (ResetIdle): after a failover, a restart, a slow fetch or
 // with a backlog, its records, not the clock, move its watermark, so live
-// with faults equals replay. A Kinesis shard is caught up when its last
+// with faults equals replay. A partition the group coordinator no longer lists in
+// this member's assignment is dropped before it could advance, even when
+// no revoke reached the stage (kgo's transact session skips the revoke
+// callback while an earlier revoke waits for the session's End): a ghost
+// owner never closes another member's windows. A Kinesis shard is caught up when its last
 // read returned MillisBehindLatest 0; a shard's idle advance whose
 // transaction fails is counted, logged and retried from the shard's
 // rebuilt state.

@@ -70,7 +70,11 @@ type Engine struct {
 	panics         panicBook // records that panicked their processor (recover.go)
 	// endTxnHook, when set (tests only), ends a Kafka stage's transactions
 	// instead of the session's End: it injects faults.
-	endTxnHook func(ctx context.Context, sess *kgo.GroupTransactSession, try kgo.TransactionEndTry) (bool, error)
+	// dropRevokeHook, when set (tests only) and true for a stage, hides a
+	// revoke from it, as kgo's transact session does for a second revoke
+	// before End.
+	dropRevokeHook func(stage string) bool
+	endTxnHook     func(ctx context.Context, sess *kgo.GroupTransactSession, try kgo.TransactionEndTry) (bool, error)
 }
 
 // Option configures an Engine.

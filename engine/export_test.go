@@ -12,3 +12,10 @@ import (
 func WithEndTxnHook(h func(ctx context.Context, sess *kgo.GroupTransactSession, try kgo.TransactionEndTry) (bool, error)) Option {
 	return func(e *Engine) { e.endTxnHook = h }
 }
+
+// WithDropRevokeHook (tests only) hides the revokes for which h returns true
+// from the Kafka stages, as kgo's transact session hides a second revoke
+// that comes before the session's End.
+func WithDropRevokeHook(h func(stage string) bool) Option {
+	return func(e *Engine) { e.dropRevokeHook = h }
+}

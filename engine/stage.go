@@ -50,6 +50,10 @@ type liveStage struct {
 
 	idleTimeout time.Duration // the processor's idle_timeout; 0: no idle advance (or a rollup)
 	lastProbe   time.Time     // when the end offsets were last asked for (idle advance)
+	// groupAssigned is this member's partitions of the input as the group
+	// coordinator last described them (idle advance), and when.
+	groupAssigned   map[int32]bool
+	groupAssignedAt time.Time
 
 	inTxn    bool
 	txnStart time.Time
@@ -144,7 +148,12 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 			}
 			s.evMu.Unlock()
 		}),
-		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.disown(m[spec.InputTopic]) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			if h := e.dropRevokeHook; h != nil && h(spec.Name) {
+				return
+			}
+			s.disown(m[spec.InputTopic])
+		}),
 		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) { s.disown(m[spec.InputTopic]) }),
 	}
 	sess, err := kgo.NewGroupTransactSession(e.kafkaOpts(append(opts, e.member()...)...)...)
@@ -424,8 +433,25 @@ func (s *liveStage) idleAdvance(ctx context.Context) error {
 		s.log.Warn("cannot tell whether quiet partitions are caught up (list end offsets failed); not advancing them by the wall clock", "err", err)
 		return nil
 	}
+	mine, err := s.assignedByGroup(ctx)
+	if err != nil {
+		// No positive answer (rebalancing, a broker that describes groups
+		// otherwise): the revokes we saw and the commit's generation check
+		// decide, as always.
+		s.log.Debug("cannot read this member's assignment from the group coordinator", "err", err)
+	}
 	slices.Sort(due)
 	for _, p := range due {
+		if mine != nil && !mine[p] {
+			// The group gave p to another member, but no revoke reached
+			// us: kgo's transact session skips the revoke callback while
+			// an earlier revoke waits for the session's End, which an idle
+			// stage may not call for a while. An idle advance here would
+			// emit the new owner's candles a second time.
+			s.log.Warn("the group no longer assigns this partition to this member, though no revoke was seen; dropping it", "partition", p)
+			s.disown([]int32{p})
+			continue
+		}
 		ps := s.parts[p]
 		o, ok := ends.Lookup(s.spec.InputTopic, p)
 		if !ok || o.Err != nil {
@@ -448,6 +474,51 @@ func (s *liveStage) idleAdvance(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// assignedByGroup returns this member's partitions of the input as the
+// group coordinator describes them, asking at most once a second. An error
+// (the coordinator unreachable, the group rebalancing, this member unknown
+// to it) means the coordinator gave no positive answer.
+func (s *liveStage) assignedByGroup(ctx context.Context) (map[int32]bool, error) {
+	if s.groupAssigned != nil && time.Since(s.groupAssignedAt) < time.Second {
+		return s.groupAssigned, nil
+	}
+	s.groupAssigned = nil
+	member, _ := s.sess.Client().GroupMetadata()
+	dctx, cancel := context.WithTimeout(ctx, s.e.sessionTimeout)
+	defer cancel()
+	groups, err := s.admin.DescribeGroups(dctx, s.group)
+	if err != nil {
+		return nil, fmt.Errorf("describe group %s: %w", s.group, err)
+	}
+	g, ok := groups[s.group]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("describe group %s: no answer for it", s.group)
+	case g.Err != nil:
+		return nil, fmt.Errorf("describe group %s: %w", s.group, g.Err)
+	case g.State != "Stable":
+		return nil, fmt.Errorf("group %s is %s", s.group, g.State)
+	}
+	for _, m := range g.Members {
+		if m.MemberID != member {
+			continue
+		}
+		mine := map[int32]bool{}
+		if c, ok := m.Assigned.AsConsumer(); ok {
+			for _, t := range c.Topics {
+				if t.Topic == s.spec.InputTopic {
+					for _, p := range t.Partitions {
+						mine[p] = true
+					}
+				}
+			}
+		}
+		s.groupAssigned, s.groupAssignedAt = mine, time.Now()
+		return mine, nil
+	}
+	return nil, fmt.Errorf("group %s does not list this member (%s)", s.group, member)
 }
 
 func watermarkOf(p processor) (int64, bool) {

