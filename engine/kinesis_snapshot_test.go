@@ -3,8 +3,6 @@ package engine_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -14,10 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/prometheus/client_golang/prometheus"
 
-	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
-	"github.com/kandle/kandle/topology"
 )
 
 const kinesisSnapshotTopology = `
@@ -41,20 +37,7 @@ dead_letter: {topic: ksnap.dlq}
 // not from its start, so its takeover does not grow with history. The
 // candles stay equal to a replay across the takeover.
 func TestKinesisEmptyDiskRestoreReadsFromTheSnapshot(t *testing.T) {
-	kin, ddb := kinesisServices(t, "ticks:1")
-	seeds := devBroker(t)
-	path := filepath.Join(t.TempDir(), "ksnap.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisSnapshotTopology, seeds[0], kin.URL(), ddb.URL()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	top, err := topology.Load(path, topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, _, err := kkin.NewClients(context.Background(), "us-east-1", kin.URL(), ddb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, _, seeds, client := kinesisSetup(t, "ticks:1", kinesisSnapshotTopology)
 	// Rounds of one trade of each of 600 keys, stamped with the wall
 	// clock: every round changes every key's state, so the changelog
 	// outgrows the state (the snapshot threshold) within a few rounds.

@@ -2,18 +2,13 @@ package engine_test
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/kandle/kandle/candle"
-	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
-	"github.com/kandle/kandle/topology"
 )
 
 const kinesisTwoStages = `
@@ -37,20 +32,7 @@ dead_letter: {topic: kin2.dlq}
 // every shard and both make all their candles, equal to a replay of the
 // stream.
 func TestKinesisTwoStagesOneStream(t *testing.T) {
-	kin, ddb := kinesisServices(t, "ticks:2")
-	seeds := devBroker(t)
-	path := filepath.Join(t.TempDir(), "kin2.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisTwoStages, seeds[0], kin.URL(), ddb.URL()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	top, err := topology.Load(path, topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, _, err := kkin.NewClients(context.Background(), "us-east-1", kin.URL(), ddb.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, _, seeds, client := kinesisSetup(t, "ticks:2", kinesisTwoStages)
 	prod := startKinesisProducer(t, client, "ticks", 200, 0)
 	defer prod.stop()
 	for _, name := range []string{"a", "b"} {
