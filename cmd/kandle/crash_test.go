@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,10 +32,10 @@ import (
 	"github.com/kandle/kandle/internal/testkit"
 )
 
-// clusterTopology is the topology every instance runs: a 5s candle stage
-// with a 15s → 1m rollup chain and a direct 15s stage. Every processor runs
-// with the shipped defaults (lateness, idle_timeout, max_future, max_idle):
-// these tests prove that what users deploy equals a replay under faults, so
+// clusterTopology is the topology every instance runs; %[3]s is the
+// processors block of the cluster's shape. Every processor runs with the
+// shipped defaults (lateness, idle_timeout, max_future, max_idle): these
+// tests prove that what users deploy equals a replay under faults, so
 // nothing is switched off. The input is generated in real time (event times
 // follow the wall clock), which is what the defaults are made for; short
 // timeframes make a minute of input close windows of every stage.
@@ -47,23 +48,58 @@ commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 6}
 processors:
-  c5s: {kind: candles, from: trades, timeframe: 5s, output: {topic: %[2]sc.5s, partitions: 4}}
-  c15s: {kind: rollup, from: c5s, timeframe: 15s, output: {topic: %[2]sc.15s, partitions: 3}}
-  c1m: {kind: rollup, from: c15s, timeframe: 1m, output: {topic: %[2]sc.1m, partitions: 2}}
-  d15s: {kind: candles, from: trades, timeframe: 15s, output: {topic: %[2]sd.15s, partitions: 3}}
+%[3]s
 dead_letter: {topic: %[2]sdlq}
 `
 
-// stages are the processor names of clusterTopology (one consumer group each).
-var stages = []string{"c5s", "c15s", "c1m", "d15s"}
+// clusterShape is the set of processors a cluster runs: the topology's
+// processors block (%[2]s is the topic prefix), the processor names (one
+// consumer group each) and the candle topics compared with the replay (the
+// replay topology writes the same topics with the prefix "replay.").
+type clusterShape struct {
+	processors   string
+	stages       []string
+	candleTopics []string
+}
 
-// outTopics are the topics compared with the replay; the replay topology
-// writes the same topics with the prefix "replay.". candleTopics are those
-// of them that hold candles.
-var (
-	outTopics    = []string{"c.5s", "c.15s", "c.1m", "d.15s", "dlq"}
-	candleTopics = []string{"c.5s", "c.15s", "c.1m", "d.15s"}
-)
+// shortChain, what make test runs: a 5s candle stage with a 15s → 1m rollup
+// chain and a direct 15s stage.
+var shortChain = clusterShape{
+	processors: `  c5s: {kind: candles, from: trades, timeframe: 5s, output: {topic: %[2]sc.5s, partitions: 4}}
+  c15s: {kind: rollup, from: c5s, timeframe: 15s, output: {topic: %[2]sc.15s, partitions: 3}}
+  c1m: {kind: rollup, from: c15s, timeframe: 1m, output: {topic: %[2]sc.1m, partitions: 2}}
+  d15s: {kind: candles, from: trades, timeframe: 15s, output: {topic: %[2]sd.15s, partitions: 3}}`,
+	stages:       []string{"c5s", "c15s", "c1m", "d15s"},
+	candleTopics: []string{"c.5s", "c.15s", "c.1m", "d.15s"},
+}
+
+// deepChain, what make soak's crash harness runs: the shape of a 1m stage
+// with seven rollups above it (1m → 5m → … → 1M), scaled so that ten
+// minutes of real-time input close windows at every level: 2s candles
+// rolled up to 4s, 8s, … 256s, and the direct 15s stage. Nine consumer
+// groups per instance, each level fed only by the one below it.
+var deepChain = func() clusterShape {
+	sh := clusterShape{processors: "  c2s: {kind: candles, from: trades, timeframe: 2s, output: {topic: %[2]sc.2s, partitions: 4}}\n",
+		stages: []string{"c2s"}, candleTopics: []string{"c.2s"}}
+	parts := []int{3, 2, 3, 2, 3, 2, 2}
+	for i, from := 0, 2; i < 7; i++ {
+		tf := from * 2
+		sh.processors += fmt.Sprintf("  c%[1]ds: {kind: rollup, from: c%[2]ds, timeframe: %[1]ds, output: {topic: %%[2]sc.%[1]ds, partitions: %[3]d}}\n", tf, from, parts[i])
+		sh.stages = append(sh.stages, fmt.Sprintf("c%ds", tf))
+		sh.candleTopics = append(sh.candleTopics, fmt.Sprintf("c.%ds", tf))
+		from = tf
+	}
+	sh.processors += "  d15s: {kind: candles, from: trades, timeframe: 15s, output: {topic: %[2]sd.15s, partitions: 3}}"
+	sh.stages = append(sh.stages, "d15s")
+	sh.candleTopics = append(sh.candleTopics, "d.15s")
+	return sh
+}()
+
+// outTopics are the topics compared with the replay: the candle topics and
+// the dead letters.
+func (sh clusterShape) outTopics() []string {
+	return append(slices.Clone(sh.candleTopics), "dlq")
+}
 
 // clusterSymbols are the generated symbols (record keys).
 var clusterSymbols = []string{"BTC", "ETH", "SOL", "ADA", "DOT", "XRP", "BNB", "AVAX", "LTC", "LINK", "ATOM", "NEAR", "UNI", "XLM", "TRX", "ETC"}
@@ -92,7 +128,8 @@ type cluster struct {
 
 type clusterOpts struct {
 	sessionTimeout, txnTimeout time.Duration
-	persistBroker              bool // dev broker with --data-dir, so it can restart
+	persistBroker              bool         // dev broker with --data-dir, so it can restart
+	shape                      clusterShape // the processors; shortChain when zero
 }
 
 type instance struct {
@@ -106,6 +143,9 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	dir, err := os.MkdirTemp("", "kandle-"+t.Name()+"-*")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.shape.stages == nil {
+		o.shape = shortChain
 	}
 	c := &cluster{t: t, start: time.Now(), dir: dir, insts: map[string]*instance{}, opts: o,
 		addr: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))}
@@ -140,7 +180,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	}
 	c.adm = kadm.NewClient(c.cl)
 	specs := []kafka.TopicSpec{{Name: "trades", Partitions: 6}}
-	for _, tp := range outTopics {
+	for _, tp := range c.opts.shape.outTopics() {
 		specs = append(specs, kafka.TopicSpec{Name: "replay." + tp, Partitions: 1})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -153,7 +193,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 
 func (c *cluster) writeTopology(name, prefix string) string {
 	path := filepath.Join(c.dir, name)
-	if err := os.WriteFile(path, fmt.Appendf(nil, clusterTopology, c.addr, prefix), 0o644); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, clusterTopology, c.addr, prefix, fmt.Sprintf(c.opts.shape.processors, c.addr, prefix)), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
 	return path
@@ -341,7 +381,7 @@ func (c *cluster) replay() map[string][]string {
 func (c *cluster) outputs(prefix string) map[string][]string {
 	c.t.Helper()
 	out := map[string][]string{}
-	for _, tp := range outTopics {
+	for _, tp := range c.opts.shape.outTopics() {
 		vals := []string{}
 		for _, r := range testkit.ReadTopic(c.t, []string{c.addr}, prefix+tp) {
 			v := string(r.Value)
@@ -366,7 +406,7 @@ func (c *cluster) outputs(prefix string) map[string][]string {
 
 func counts(m map[string][]string) string {
 	var parts []string
-	for _, tp := range outTopics {
+	for _, tp := range append(candleTopicsOf(m), "dlq") {
 		parts = append(parts, fmt.Sprintf("%s=%d", tp, len(m[tp])))
 	}
 	return strings.Join(parts, " ")
@@ -418,8 +458,8 @@ func (c *cluster) members() map[string]int {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	groups := make([]string, len(stages))
-	for i, s := range stages {
+	groups := make([]string, len(c.opts.shape.stages))
+	for i, s := range c.opts.shape.stages {
 		groups[i] = "crash." + s
 	}
 	dg, err := c.adm.DescribeGroups(ctx, groups...)
@@ -427,7 +467,7 @@ func (c *cluster) members() map[string]int {
 		c.t.Fatalf("describe groups: %v", err)
 	}
 	out := map[string]int{}
-	for _, s := range stages {
+	for _, s := range c.opts.shape.stages {
 		g := dg["crash."+s]
 		if g.State == "Stable" {
 			out[s] = len(g.Members)
@@ -444,7 +484,7 @@ func (c *cluster) groupReport() string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var b strings.Builder
-	for _, s := range stages {
+	for _, s := range c.opts.shape.stages {
 		dg, err := c.adm.DescribeGroups(ctx, "crash."+s)
 		if err != nil {
 			fmt.Fprintf(&b, "group crash.%s: %v\n", s, err)
@@ -478,7 +518,7 @@ func (c *cluster) waitSettled(within time.Duration) {
 	for {
 		n, m := len(c.running()), c.members()
 		ok := true
-		for _, s := range stages {
+		for _, s := range c.opts.shape.stages {
 			ok = ok && m[s] == n
 		}
 		if ok {
@@ -499,7 +539,7 @@ func (c *cluster) waitMembers(n int, within time.Duration) time.Duration {
 	for {
 		m := c.members()
 		ok := true
-		for _, s := range stages {
+		for _, s := range c.opts.shape.stages {
 			ok = ok && m[s] == n
 		}
 		if ok {
@@ -593,17 +633,18 @@ func rng(t *testing.T) *rand.Rand {
 // uninterrupted `kandle replay` of the same input (see diffLive), the dead
 // letters are the same, and no on-time trade was dead-lettered late.
 //
-// KANDLE_SOAK=1 (make soak) runs 10 minutes of input at twice the rate and
-// ≥ 60 kills; KANDLE_CRASH_SEED repeats a run's actions.
+// KANDLE_SOAK=1 (make soak) runs 10 minutes of input at twice the rate
+// (1.2 M records) through deepChain, a candle stage with seven rollups
+// above it, with ≥ 60 kills; KANDLE_CRASH_SEED repeats a run's actions.
 func TestCrashHarness(t *testing.T) {
 	wallClockTest(t)
 	// Each kill waits for the groups to settle (the dead member's session,
 	// 6s), so 75s of input see about ten kills.
-	rate, span, minKills, catchUp := genRate, 75*time.Second, 8, 3*time.Minute
+	rate, span, minKills, catchUp, shape := genRate, 75*time.Second, 8, 3*time.Minute, shortChain
 	if os.Getenv("KANDLE_SOAK") == "1" {
-		rate, span, minKills, catchUp = 2*genRate, 10*time.Minute, 60, 10*time.Minute
+		rate, span, minKills, catchUp, shape = 2*genRate, 10*time.Minute, 60, 10*time.Minute, deepChain
 	}
-	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
+	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, shape: shape})
 	r := rng(t)
 	c.startInstances(3)
 	gen := c.startGen(rate, span)
