@@ -4,7 +4,9 @@
 # bench_test.go, the same generated records) run in turns, one result at a
 # time, the order swapped every round, so both see the same machine load.
 # Prints the raw results, then the ratio of the medians of CPU per trade
-# (core / limit) against the 1.5× target (scripts/benchratio).
+# (core / limit) against the 1.5× target (scripts/benchratio), and benchstat's
+# summary when benchstat is on the PATH
+# (go install golang.org/x/perf/cmd/benchstat@latest).
 #
 #   make bench-core                                  # 5 rounds of 1 s each
 #   CORE_COUNT=10 CORE_BENCHTIME=2s make bench-core
@@ -28,4 +30,5 @@ for i in $(seq "$COUNT"); do
   done
 done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+if command -v benchstat >/dev/null; then benchstat "$OUT"; fi  # medians with confidence intervals, when installed
 "$work/benchratio" -num AggregatorCore -den AggregatorCoreLimit -target 1.5 <"$OUT"
