@@ -11,7 +11,7 @@ PKGS     := ./...
 # make test under ~10 minutes on 2 cores.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
-.PHONY: build demo test race deps bench bench-peers bench-replay soak lint docs chart-lib clean fuzz
+.PHONY: build demo test race deps bench bench-core bench-peers bench-replay soak lint docs chart-lib clean fuzz
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kandle
@@ -55,6 +55,11 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./processors ./decimal ./engine ./connectors/...
 	$(GO) test -run '^$$' -bench 'BenchmarkAPI' -benchtime 2s ./serve
 	$(GO) test -run '^$$' -bench 'BenchmarkStreamFanout' -benchtime 20x -timeout 10m ./serve
+
+## bench-core: the aggregation core against its hand-written limit, interleaved in one run:
+## ratio of the medians of CPU per trade against the 1.5× target (CORE_COUNT rounds, default 5, of CORE_BENCHTIME, default 1s)
+bench-core:
+	bash scripts/bench-core.sh
 
 ## bench-peers: kandle vs a naive franz-go consumer and Goka (LevelDB), same broker, same trades
 ## (PEERS_N trades, default 1 M: Goka takes minutes; PEERS_ONLY=kandle,naive PEERS_N=10000000 for the long run)

@@ -115,7 +115,8 @@ const keepBytes = 1 << 20
 
 // zstdLevel is the pages' compression level: zstd's fastest, cheaper than
 // its default on the small pages of a lake object, with files a few
-// percent larger or smaller (see docs/performance.md).
+// percent larger or smaller (see docs/performance-log.md, "The column
+// writer").
 const zstdLevel = zstd.SpeedFastest
 
 // newEncoder returns an encoder that compresses up to concurrency pages at
