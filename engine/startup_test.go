@@ -16,6 +16,7 @@ import (
 
 	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -100,4 +101,44 @@ func TestStartupRefusalEndsRun(t *testing.T) {
 	if !strings.Contains(err.Error(), "create topic") {
 		t.Errorf("error %q does not say which step failed", err)
 	}
+}
+
+// kandle started before its broker waits for it, however long, and runs
+// once it is up: the candles equal a replay's.
+func TestStartupWaitsForTheBroker(t *testing.T) {
+	port := testkit.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	top, err := topology.Parse("e2e.yaml", fmt.Appendf(nil, e2eTopology, addr), topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, seeds: []string{addr}, top: top}
+	reg := prometheus.NewRegistry()
+	r := f.start(t.TempDir(), "a", engine.WithRegisterer(reg))
+	defer r.stop(t)
+	for deadline := time.Now().Add(30 * time.Second); counter(t, reg, "kandle_startup_retries_total", "topics") < 3; time.Sleep(100 * time.Millisecond) {
+		select {
+		case err := <-r.done:
+			t.Fatalf("Run returned while the broker was down: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no start-up retry counted while the broker was down")
+		}
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(port), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kafka.EnsureTopics(context.Background(), cl, []kafka.TopicSpec{{Name: "trades", Partitions: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	f.produce(3000, 8, t0, 40*time.Minute)
+	f.waitFor(f.replay(), 90*time.Second)
 }
