@@ -29,20 +29,7 @@ func kfakeFixture(t *testing.T) (*fixture, *kfake.Cluster) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	seeds := c.ListenAddrs()
-	top, err := topology.Parse("e2e.yaml", fmt.Appendf(nil, e2eTopology, seeds[0]), topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := kafka.EnsureTopics(context.Background(), cl, []kafka.TopicSpec{{Name: "trades", Partitions: 3}}); err != nil {
-		t.Fatal(err)
-	}
-	return &fixture{t: t, seeds: seeds, top: top}, c
+	return fixtureOn(t, c.ListenAddrs()), c
 }
 
 // Broker errors while kandle starts (creating its topics, reading and
