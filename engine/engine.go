@@ -268,13 +268,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.store = store
 	defer store.Close()
 	// A cancel before the stages run is a shutdown like any other: quiet.
-	if err := e.waitForBrokers(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	if err := e.checkFingerprints(ctx); err != nil { // see fingerprint.go: never mix state of two definitions
+	if err := e.prepare(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -385,37 +379,78 @@ func (e *Engine) Run(ctx context.Context) error {
 // the ready lag. Reasons say what is missing.
 func (e *Engine) Status() Status { return e.health.status() }
 
-// waitForBrokers creates the topology's topics, waiting (not ready) while
-// the brokers cannot be reached: an instance may start before Kafka does.
-// Errors a broker sends back (authentication, authorization) stop Run.
-func (e *Engine) waitForBrokers(ctx context.Context) error {
+// prepare does what Run does before any stage starts: it creates the
+// topology's topics (ensureTopics) and checks the processors' state
+// fingerprints (checkFingerprints). An instance may start before Kafka
+// does, or while it elects leaders or restarts, so while a step fails it
+// waits (not ready, saying why), logs the error and the attempt, counts it
+// in kandle_startup_retries_total{step}, and tries again after a backoff.
+// Only what retrying cannot fix ends Run (see startupRefused): a
+// configuration error — bad settings, topics laid out for another
+// topology, an edit incompatible with the stored state, the brokers
+// refusing the credentials, permissions or TLS, a local state store that
+// fails — or ctx.
+func (e *Engine) prepare(ctx context.Context) error {
+	last := ""
 	for attempt := 0; ; attempt++ {
+		step := "topics"
 		err := e.ensureTopics(ctx)
-		if err == nil || !sinkkit.Unreachable(err) || ctx.Err() != nil {
+		if err == nil {
+			step = "fingerprints"
+			err = e.checkFingerprints(ctx)
+		}
+		if err == nil || ctx.Err() != nil || startupRefused(err) {
 			return err
 		}
-		why := fmt.Sprintf("brokers %v unreachable: %v", e.brokers, err)
+		if step != last { // a step further: its backoff starts over
+			last, attempt = step, 0
+		}
+		wait := sinkkit.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)
+		e.m.startupRetries.WithLabelValues(step).Inc()
+		why := fmt.Sprintf("brokers %v answered an error (start-up step %s): %v", e.brokers, step, err)
+		if sinkkit.Unreachable(err) {
+			why = fmt.Sprintf("brokers %v unreachable: %v", e.brokers, err)
+		}
 		e.health.notRunning(why)
 		e.health.status()
-		e.log.Warn("waiting for the brokers", "brokers", e.brokers, "attempt", attempt+1, "err", err)
-		if err := sinkkit.Sleep(ctx, sinkkit.Backoff{Min: 500 * time.Millisecond, Max: 10 * time.Second}.Delay(attempt)); err != nil {
+		e.log.Warn("waiting for the brokers", "step", step, "brokers", e.brokers, "attempt", attempt+1, "retry_in", wait, "err", err)
+		if err := sinkkit.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
+}
+
+// configError marks a start-up error that retrying cannot fix.
+type configError struct{ error }
+
+func (c configError) Unwrap() error { return c.error }
+
+// startupRefused reports whether a start-up error ends Run: a
+// configuration error, a topology edit incompatible with the stored state,
+// or an answer of the brokers that needs an operator (kafka.Refused).
+func startupRefused(err error) bool {
+	var ce configError
+	return errors.As(err, &ce) || errors.Is(err, ErrIncompatibleState) || kafka.Refused(err)
 }
 
 // ensureTopics creates every topic the topology uses that does not exist.
 func (e *Engine) ensureTopics(ctx context.Context) error {
 	cl, err := kgo.NewClient(e.kafkaOpts()...)
 	if err != nil {
-		return err
+		return configError{err}
 	}
 	defer cl.Close()
 	if err := kafka.CheckAuth(ctx, cl, e.top.Kafka); err != nil {
+		if !sinkkit.Unreachable(err) || kafka.Refused(err) {
+			// TLS or SASL settings the brokers refuse; a broker that
+			// hangs up during the login (kfake and some proxies answer a
+			// failed login so) counts as refusing it.
+			return configError{err}
+		}
 		return err
 	}
 	if err := kafka.CheckSessionTimeout(ctx, cl, e.sessionTimeout); err != nil {
-		return err
+		return configError{err}
 	}
 	warnings, err := kafka.EnsureTopics(ctx, cl, e.topicSpecs())
 	if err != nil {
@@ -447,7 +482,10 @@ func (e *Engine) ensureTopics(ctx context.Context) error {
 				w.Topic, w.Have, w.Want, w.Topic, w.Want))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return configError{errors.Join(errs...)}
+	}
+	return nil
 }
 
 // topicSpecs lists the topics the topology reads and writes, except the

@@ -50,8 +50,11 @@ type fixture struct {
 	topics []string         // output topics live() reads; nil: outputTopics
 }
 
-func newFixture(t *testing.T) *fixture {
-	seeds := devBroker(t)
+func newFixture(t *testing.T) *fixture { return fixtureOn(t, devBroker(t)) }
+
+// fixtureOn is the e2e fixture on the broker at seeds, its input topic created.
+func fixtureOn(t *testing.T, seeds []string) *fixture {
+	t.Helper()
 	top, err := topology.Parse("e2e.yaml", fmt.Appendf(nil, e2eTopology, seeds[0]), topology.Registry{})
 	if err != nil {
 		t.Fatal(err)

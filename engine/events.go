@@ -44,12 +44,14 @@ type advancer interface {
 func (p *Pipeline) AdvanceTo(t int64) error {
 	for _, s := range p.g.stages {
 		for _, part := range sortedParts(p.procs[s]) {
-			a, ok := p.procs[s][part].(advancer)
+			pp := p.procs[s][part]
+			a, ok := pp.pr.(advancer)
 			if !ok {
 				continue
 			}
 			var out processors.Output
 			a.AdvanceTo(t, &out)
+			pp.checkpoint(nil) // a rebuild must not take the advance back
 			if err := p.emit(s, &out); err != nil {
 				return err
 			}
@@ -58,7 +60,7 @@ func (p *Pipeline) AdvanceTo(t int64) error {
 	return nil
 }
 
-func sortedParts(m map[int32]processor) []int32 {
+func sortedParts(m map[int32]*partProc) []int32 {
 	out := make([]int32, 0, len(m))
 	for p := range m {
 		out = append(out, p)

@@ -86,7 +86,8 @@ func readFingerprints(ctx context.Context, cl *kgo.Client, topic string) (map[st
 			} else if fp, err := topology.DecodeFingerprint(r.Value); err == nil {
 				out[string(r.Key)] = fp
 			} else if ferr == nil {
-				ferr = fmt.Errorf("processor %s: %w", r.Key, err)
+				// A record no retry reads better: an operator removes it.
+				ferr = configError{fmt.Errorf("processor %s: %w", r.Key, err)}
 			}
 			if r.Offset+1 >= end {
 				delete(left, r.Partition)
@@ -108,7 +109,7 @@ func readFingerprints(ctx context.Context, cl *kgo.Client, topic string) (map[st
 func (e *Engine) checkFingerprints(ctx context.Context) error {
 	cl, err := kgo.NewClient(e.kafkaOpts(e.clientID(), kgo.WithLogger(kgoLogger(e.log)))...)
 	if err != nil {
-		return err
+		return configError{err}
 	}
 	defer cl.Close()
 	topic := FingerprintTopic(e.top)
@@ -135,7 +136,7 @@ func (e *Engine) checkFingerprints(ctx context.Context) error {
 		}
 		cur, err := e.top.Fingerprint(s.Name)
 		if err != nil {
-			return err
+			return configError{err}
 		}
 		old, recorded := stored[s.Name]
 		if recorded {
@@ -151,7 +152,7 @@ func (e *Engine) checkFingerprints(ctx context.Context) error {
 		// a record from an older kandle) keep it.
 		enc := cur.Encode()
 		if have, ok, err := e.store.Fingerprint(s.Name); err != nil {
-			return err
+			return configError{err} // the local state store: not the brokers
 		} else if !ok || !bytes.Equal(have, enc) {
 			drop := true
 			if ok {
@@ -201,7 +202,7 @@ func (e *Engine) checkFingerprints(ctx context.Context) error {
 			local.SetFingerprint(r.stage, r.fp)
 		}
 		if err := local.Commit(); err != nil {
-			return err
+			return configError{err}
 		}
 	}
 	if len(write) > 0 {

@@ -22,6 +22,7 @@ type metrics struct {
 	idleErrors      *prometheus.CounterVec   // stage, step
 	panics          *prometheus.CounterVec   // stage
 	restarts        *prometheus.CounterVec   // stage
+	startupRetries  *prometheus.CounterVec   // step
 	sinkWritten     *prometheus.CounterVec   // sink
 	sinkErrors      *prometheus.CounterVec   // sink
 	sinkLag         *prometheus.HistogramVec // sink: seconds from candle close to written
@@ -59,6 +60,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Panics recovered in a stage (a processor's or the stage's own), by stage; each rebuilds the stage's state from the last commit."}, []string{"stage"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_stage_restarts_total",
 			Help: "Times a stage failed (broker or client trouble, a fenced producer, a transaction that could not be ended, a panic) and was rebuilt from the last commit with new clients, by stage."}, []string{"stage"}),
+		startupRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_startup_retries_total",
+			Help: "Start-up steps that failed on a broker error that may pass (unreachable, a timeout, an error answer) and were retried after a backoff, by step (topics: creating the topology's topics; fingerprints: checking the processors' state fingerprints)."}, []string{"step"}),
 		sinkWritten: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_sink_written_total",
 			Help: "Records written to a sink."}, []string{"sink"}),
 		sinkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_sink_errors_total",
@@ -67,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Wall time from a candle's close to its durable write in a sink.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.rejected, m.candles, m.events, m.watermark, m.transactions,
-		m.commitSecs, m.restoreSecs, m.restored, m.snapshots, m.snapshotRecords, m.owned, m.idleErrors, m.panics, m.restarts, m.sinkWritten, m.sinkErrors, m.sinkLag} {
+		m.commitSecs, m.restoreSecs, m.restored, m.snapshots, m.snapshotRecords, m.owned, m.idleErrors, m.panics, m.restarts, m.startupRetries, m.sinkWritten, m.sinkErrors, m.sinkLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -81,6 +84,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // increase() over a series that appears only with its first event miss
 // that event.
 func (m *metrics) zero(e *Engine) {
+	m.startupRetries.WithLabelValues("topics")
+	m.startupRetries.WithLabelValues("fingerprints")
 	for _, s := range e.g.stages {
 		if !e.runs(s.Name) {
 			continue

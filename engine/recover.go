@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -30,7 +31,9 @@ import (
 // position); when the same record has panicked the processor twice, it is
 // no longer given to the processor but dead-lettered with reason
 // internal_error (the stack is in the log of each panic), so one record
-// cannot make a group loop on it.
+// cannot make a group loop on it. Replay and `kandle test` run the
+// processors in process (Pipeline) and handle a panicking record the same
+// way, so their output equals the live one for it too.
 
 // panicLimit is how many times a record may panic its processor before it
 // is dead-lettered instead of processed.
@@ -76,26 +79,54 @@ func (b *panicBook) add(k panicKey) int {
 // caller must rebuild it from its last commit. A record that already
 // panicked panicLimit times is dead-lettered (internal_error) instead.
 // src names the partition or shard, pos the record's position in it.
-func (e *Engine) processGuarded(spec *stageSpec, proc processor, src string, pos int64, rec processors.Record, out *processors.Output) (err error) {
+func (e *Engine) processGuarded(spec *stageSpec, proc processor, src string, pos int64, rec processors.Record, out *processors.Output) error {
 	key := panicKey{spec.Name, src, pos}
 	if n := e.panics.count(key); n >= panicLimit {
-		out.Rejected = append(out.Rejected, processors.Rejection{Reason: processors.ReasonInternalError,
-			Detail:    "the processor panicked on this record " + strconv.Itoa(n) + " times (the stacks are in the log); it is skipped",
-			Key:       printableKey(rec.Key),
-			Partition: rec.Partition, Offset: rec.Offset, Value: rec.Value})
+		out.Rejected = append(out.Rejected, internalError(rec, n))
 		return nil
 	}
+	if pp := processCatching(spec, proc, rec, out); pp != nil {
+		n := e.panics.add(key)
+		e.m.panics.WithLabelValues(spec.Name).Inc()
+		pp.log(e.log, "processor panicked; rebuilding the partition from its last commit", spec.Name, src, pos, n)
+		return fmt.Errorf("stage %s %s position %d: %w: %v", spec.Name, src, pos, errProcessorPanic, pp.value)
+	}
+	return nil
+}
+
+// processorPanic is a recovered panic of a processor and its stack.
+type processorPanic struct {
+	value any
+	stack []byte
+}
+
+// processCatching gives rec to proc like stageSpec.process and returns the
+// panic of the processor, if it panicked (its state is then undefined: the
+// caller rebuilds it from its last commit). The live stages (through
+// processGuarded) and the in-process Pipeline (replay, kandle test) both
+// catch processor panics here.
+func processCatching(spec *stageSpec, proc processor, rec processors.Record, out *processors.Output) (pp *processorPanic) {
 	defer func() {
 		if r := recover(); r != nil {
-			n := e.panics.add(key)
-			e.m.panics.WithLabelValues(spec.Name).Inc()
-			e.log.Error("processor panicked; rebuilding the partition from its last commit", "stage", spec.Name,
-				"source", src, "position", pos, "panic", fmt.Sprint(r), "times", n, "stack", string(debug.Stack()))
-			err = fmt.Errorf("stage %s %s position %d: %w: %v", spec.Name, src, pos, errProcessorPanic, r)
+			pp = &processorPanic{value: r, stack: debug.Stack()}
 		}
 	}()
 	spec.process(proc, rec, out)
 	return nil
+}
+
+// log writes the panic's error line, with its stack.
+func (pp *processorPanic) log(l *slog.Logger, msg, stage, src string, pos int64, times int) {
+	l.Error(msg, "stage", stage, "source", src, "position", pos, "panic", fmt.Sprint(pp.value), "times", times, "stack", string(pp.stack))
+}
+
+// internalError is the dead letter of a record that panicked its processor
+// n times and is skipped.
+func internalError(rec processors.Record, n int) processors.Rejection {
+	return processors.Rejection{Reason: processors.ReasonInternalError,
+		Detail:    "the processor panicked on this record " + strconv.Itoa(n) + " times (the stacks are in the log); it is skipped",
+		Key:       printableKey(rec.Key),
+		Partition: rec.Partition, Offset: rec.Offset, Value: rec.Value}
 }
 
 // printableKey is the record key for a dead letter's key member: the key

@@ -1,10 +1,13 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -119,6 +122,57 @@ func TestProcessorPanicDeadLettersTheRecord(t *testing.T) {
 	if n := counter(t, reg, "kandle_panics_total", ""); n != 2 {
 		t.Errorf("kandle_panics_total = %v, want 2 (the record's two panics)", n)
 	}
+	replayEqualsTrip(t, top, seeds, log)
+}
+
+// replayEqualsTrip replays topology trip and checks that it gives what the
+// live run wrote: the same events and the same dead letter (the record
+// that panicked, internal_error), the panic handled as live handles it.
+func replayEqualsTrip(t *testing.T, top *topology.Topology, seeds []string, log *slog.Logger) {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := engine.Replay(context.Background(), top, seeds, engine.ReplayOptions{Started: time.Now(),
+		Out: &engine.WriterOutput{W: &buf}, Logger: log}); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	var events, dls []string
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if d, ok := strings.CutPrefix(l, "dlq "); ok {
+			dls = append(dls, deadLetterFacts(t, []byte(d)))
+		} else {
+			events = append(events, l)
+		}
+	}
+	var liveEvents, liveDLs []string
+	for _, r := range testkit.ReadTopic(t, seeds, "trip.n") {
+		liveEvents = append(liveEvents, string(r.Value))
+	}
+	for _, r := range testkit.ReadTopic(t, seeds, "trip.dlq") {
+		liveDLs = append(liveDLs, deadLetterFacts(t, r.Value))
+	}
+	slices.Sort(events)
+	slices.Sort(liveEvents)
+	if !slices.Equal(events, liveEvents) {
+		t.Errorf("replay events differ from live:\nreplay %d: %v\nlive %d: %v", len(events), events, len(liveEvents), liveEvents)
+	}
+	if !slices.Equal(dls, liveDLs) {
+		t.Errorf("replay dead letters %q, live %q", dls, liveDLs)
+	}
+}
+
+// deadLetterFacts is what a dead letter says about its record, without
+// the input topic (which a replay to a file does not name).
+func deadLetterFacts(t *testing.T, b []byte) string {
+	t.Helper()
+	var d struct {
+		Reason, Detail, Stage, Record string
+		Partition                     int32
+		Offset                        int64
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("dead letter %s: %v", b, err)
+	}
+	return fmt.Sprintf("%+v", d)
 }
 
 // waitTripOutputs waits until topology trip's outputs hold each key's
@@ -298,5 +352,77 @@ func TestEndTxnFailureRebuildsTheStage(t *testing.T) {
 				t.Fatalf("%d failures injected, want 2", fired.Load())
 			}
 		})
+	}
+}
+
+// The in-process pipeline (replay, kandle test) handles a panicking record
+// as the live engine does, also when the record comes long after the
+// processor's last checkpoint of its state: the processor is rebuilt as of
+// before the record, the record panics it twice and is dead-lettered
+// internal_error, and every other record is counted exactly once.
+func TestPipelineProcessorPanic(t *testing.T) {
+	top, err := topology.Parse("trip.yaml", fmt.Appendf(nil, tripTopology, "127.0.0.1:1"),
+		topology.Registry{Processors: map[string]topology.ProcessorKind{"trip": tripKind{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := engine.NewPipeline(top, processors.FixedClock{T: time.Unix(0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	p.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	last := map[string]int{}
+	var problems, rejected []string
+	p.OnEvent = func(_, _ string, ev *processors.Event, _ int32) {
+		var e struct {
+			Key string
+			N   int
+		}
+		if err := json.Unmarshal(ev.Value, &e); err != nil {
+			t.Fatal(err)
+		}
+		if e.N != last[e.Key]+1 {
+			problems = append(problems, fmt.Sprintf("%s counted %d after %d", e.Key, e.N, last[e.Key]))
+		}
+		last[e.Key] = e.N
+	}
+	p.OnReject = func(_ string, r *processors.Rejection) {
+		rejected = append(rejected, fmt.Sprintf("%s p%d@%d %s", r.Reason, r.Partition, r.Offset, r.Value))
+	}
+	var panics []int
+	p.OnPanic = func(_ string, rec *processors.Record, times int, _ any, stack []byte) {
+		panics = append(panics, times)
+		if !bytes.Contains(stack, []byte("(*trip).Process")) {
+			t.Errorf("the stack does not show where the processor panicked:\n%s", stack)
+		}
+	}
+	keys := []string{"a", "b", "c"}
+	want := map[string]int{}
+	for i := range 2000 {
+		k, v := keys[i%len(keys)], "x"
+		if i == 1300 { // past the first two checkpoints (every 512 records)
+			v = "boom"
+		} else {
+			want[k]++
+		}
+		if err := p.Feed("trades", 0, int64(i), []byte(k), []byte(v)); err != nil {
+			t.Fatalf("feed %d: %v", i, err)
+		}
+	}
+	if len(problems) > 0 {
+		t.Errorf("counts went wrong: %v", problems)
+	}
+	if !maps.Equal(last, want) {
+		t.Errorf("final counts %v, want %v", last, want)
+	}
+	if fmt.Sprint(rejected) != "[internal_error p0@1300 boom]" {
+		t.Errorf("dead letters %v, want the boom record's, internal_error", rejected)
+	}
+	if fmt.Sprint(panics) != "[1 2]" {
+		t.Errorf("panics reported %v, want [1 2]", panics)
+	}
+	if n := strings.Count(logs.String(), "processor panicked"); n != 2 || !strings.Contains(logs.String(), "stack=") {
+		t.Errorf("want 2 logged panics with their stacks, got %d:\n%s", n, logs.String())
 	}
 }

@@ -140,6 +140,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	}
 
 	p := newPipeline(g, processors.FixedClock{T: o.Started})
+	p.Log = log
 	emitFrom := int64(-1 << 62)
 	if o.From.Kind == BoundTime {
 		emitFrom = o.From.Time.UnixMilli()

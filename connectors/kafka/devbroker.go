@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 // DevBroker is an in-process Kafka broker (franz-go's kfake) for local runs,
@@ -25,7 +26,7 @@ import (
 // and transactions and consumer groups work as on a real cluster.
 type DevBroker struct {
 	c      *kfake.Cluster
-	groups *groupCoordinator // nil with SASL users: kfake's own then
+	groups *groupCoordinator // nil only when a test keeps kfake's own
 	log    *slog.Logger
 	self   []kgo.Opt   // what the broker's own client needs to reach it (TLS)
 	own    *kgo.Client // the broker's client of itself, for the group coordinator
@@ -168,7 +169,7 @@ func StartDevBroker(opts ...DevBrokerOption) (*DevBroker, error) {
 		return nil, fmt.Errorf("kafka: start dev broker on %s (is the port in use? use port 0 for a free one): %w", cfg.listen, err)
 	}
 	b := &DevBroker{c: c, log: cfg.log, self: self}
-	if len(cfg.saslUsers) == 0 && !cfg.kfakeGroups {
+	if !cfg.kfakeGroups {
 		if err := b.replaceGroupCoordinator(); err != nil {
 			c.Close()
 			return nil, err
@@ -259,6 +260,7 @@ func (b *DevBroker) createSeeds(seeds []seedTopics) error {
 // security returns the kfake options for TLS and SASL, and the kgo options
 // the broker's own seeding client needs to connect to itself.
 func (cfg *devBrokerConfig) security() (kopts []kfake.Opt, self []kgo.Opt, err error) {
+	var tlsCfg *tls.Config // set when the SASL gate serves TLS
 	if cfg.tlsCert != "" || cfg.tlsKey != "" {
 		if cfg.tlsCert == "" || cfg.tlsKey == "" {
 			return nil, nil, fmt.Errorf("kafka: dev broker TLS needs both a certificate and its key (got cert %q, key %q)", cfg.tlsCert, cfg.tlsKey)
@@ -267,15 +269,20 @@ func (cfg *devBrokerConfig) security() (kopts []kfake.Opt, self []kgo.Opt, err e
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka: dev broker TLS certificate %s with key %s (both must be PEM, and the key must belong to the certificate): %w", cfg.tlsCert, cfg.tlsKey, err)
 		}
-		kopts = append(kopts, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}))
+		served := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if len(cfg.saslUsers) > 0 {
+			tlsCfg = served // the SASL gate terminates TLS (saslgate.go)
+		} else {
+			kopts = append(kopts, kfake.TLS(served))
+		}
 		// The broker dials itself: trust exactly the certificate it serves
 		// instead of a CA chain it was never given.
-		served := cert.Certificate[0]
+		pinned := cert.Certificate[0]
 		self = append(self, kgo.DialTLSConfig(&tls.Config{
 			InsecureSkipVerify: true, //nolint:gosec // replaced by the pinning check below
 			MinVersion:         tls.VersionTLS12,
 			VerifyConnection: func(cs tls.ConnectionState) error {
-				if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, served) {
+				if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, pinned) {
 					return errors.New("kafka: dev broker: the peer is not this broker (its certificate differs)")
 				}
 				return nil
@@ -288,7 +295,13 @@ func (cfg *devBrokerConfig) security() (kopts []kfake.Opt, self []kgo.Opt, err e
 			// so a changed user list would silently not apply.
 			return nil, nil, errors.New("kafka: dev broker SASL users cannot be combined with a data dir (the broker would reload the users of an earlier run instead); drop the data dir, or SASL")
 		}
-		kopts = append(kopts, kfake.EnableSASL())
+		kopts = append(kopts, kfake.EnableSASL(), kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+			ln, err := net.Listen(network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return saslGate{Listener: ln, tls: tlsCfg}, nil
+		}))
 		for _, u := range cfg.saslUsers {
 			if u.name == "" || u.password == "" {
 				return nil, nil, fmt.Errorf("kafka: dev broker SASL user %q needs a name and a password", u.name)
@@ -297,6 +310,9 @@ func (cfg *devBrokerConfig) security() (kopts []kfake.Opt, self []kgo.Opt, err e
 				kopts = append(kopts, kfake.Superuser(m, u.name, u.password))
 			}
 		}
+		// The broker's own client (the group coordinator's) logs in as the first user.
+		u := cfg.saslUsers[0]
+		self = append(self, kgo.SASL(plain.Auth{User: u.name, Pass: u.password}.AsMechanism()))
 	}
 	return kopts, self, nil
 }

@@ -42,9 +42,10 @@ import (
 // Offsets stay in kfake: a commit that passes the checks here reaches kfake
 // as a simple (memberless) commit, which it stores as usual.
 //
-// Group requests are served before kfake's SASL check, so a broker with
-// SASL users keeps kfake's coordinator (StartDevBroker does not install this
-// one): an unauthenticated client must not reach any group.
+// Group requests are served by kfake control functions, which run before
+// kfake's SASL check: a broker with SASL users listens through saslGate
+// (saslgate.go), which closes a connection that sends a request before its
+// login succeeded, so an unauthenticated client reaches no group.
 type groupCoordinator struct {
 	c          *kfake.Cluster
 	log        *slog.Logger

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/kandle/kandle/internal/testkit"
 )
@@ -493,18 +494,31 @@ func TestDevBrokerExpiresMemberDeadInFirstJoin(t *testing.T) {
 	if os.Getenv("KANDLE_KFAKE_GROUPS") == "1" {
 		opts = append(opts, withKfakeGroups())
 	}
+	expireMemberDeadInFirstJoin(t, opts)
+}
+
+// The same on a dev broker with SASL users, whose members log in.
+func TestDevBrokerSASLExpiresMemberDeadInFirstJoin(t *testing.T) {
+	t.Parallel()
+	expireMemberDeadInFirstJoin(t, []DevBrokerOption{WithSeedTopics(wedgeParts, "first-join-in"), WithSASLUser("alice", "wonder land")},
+		kgo.SASL(scram.Auth{User: "alice", Pass: "wonder land"}.AsSha512Mechanism()))
+}
+
+// expireMemberDeadInFirstJoin runs the first-join test on a broker started
+// with opts, every client with clientOpts.
+func expireMemberDeadInFirstJoin(t *testing.T, opts []DevBrokerOption, clientOpts ...kgo.Opt) {
 	b := startBroker(t, opts...)
-	adm := kadm.NewClient(newClient(t, b.Addrs()))
+	adm := kadm.NewClient(newClient(t, b.Addrs(), clientOpts...))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
 	member := func(name string, k *killPoint) *wedgeMember {
 		m := &wedgeMember{name: name, proxy: testkit.StartKafkaProxy(t, b.Addrs()[0]), owned: map[int32]bool{}, armed: k}
-		s, err := kgo.NewGroupTransactSession(kgo.SeedBrokers(m.proxy.Addr()), kgo.ClientID(name),
+		s, err := kgo.NewGroupTransactSession(append([]kgo.Opt{kgo.SeedBrokers(m.proxy.Addr()), kgo.ClientID(name),
 			kgo.ConsumerGroup(wedgeGroup), kgo.ConsumeTopics("first-join-in"), kgo.TransactionalID(name),
 			kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.SessionTimeout(wedgeSession), kgo.RebalanceTimeout(wedgeRebalance),
-			kgo.WithHooks(m))
+			kgo.WithHooks(m)}, clientOpts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -212,6 +212,36 @@ func Explain(err error, cfg topology.KafkaClient) error {
 	return fmt.Errorf("kafka: %s: %w", hint, err)
 }
 
+// Refused reports whether err is an answer that retrying cannot change:
+// the brokers refused the client's TLS certificate checks, its SASL login
+// or its permissions (ACLs), or refused a request as invalid (a topic's
+// partitions, replication or configs). Such an error needs an operator;
+// every other broker error (unreachable, timeouts, a broker starting or
+// electing leaders, an unknown server error) may pass and is worth
+// retrying.
+func Refused(err error) bool {
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+	)
+	switch {
+	case err == nil:
+		return false
+	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid):
+		return true
+	}
+	for _, code := range []error{kerr.SaslAuthenticationFailed, kerr.UnsupportedSaslMechanism, kerr.IllegalSaslState,
+		kerr.TopicAuthorizationFailed, kerr.GroupAuthorizationFailed, kerr.ClusterAuthorizationFailed,
+		kerr.TransactionalIDAuthorizationFailed, kerr.InvalidPartitions, kerr.InvalidReplicationFactor,
+		kerr.InvalidReplicaAssignment, kerr.InvalidConfig, kerr.PolicyViolation, kerr.InvalidTopicException} {
+		if errors.Is(err, code) {
+			return true
+		}
+	}
+	return false
+}
+
 // tlsRefused reports whether the broker aborted the TLS handshake with an
 // alert (crypto/tls returns those as a net.OpError "remote error").
 func tlsRefused(err error) bool {

@@ -142,6 +142,17 @@ func (d *diffWriter) deadLetters(wants []wantDeadLetter, gots []deadLetter, exac
 	d.write(lines)
 }
 
+// panics reports processor panics: a panic is a bug in a processor, so it
+// fails the test whatever the expectations (the live engine and replay
+// survive it by dead-lettering the record, as the test's outputs show).
+func (d *diffWriter) panics(msgs []string) {
+	for _, m := range msgs {
+		d.failed++
+		d.b.WriteString(m)
+		d.b.WriteByte('\n')
+	}
+}
+
 // write prints lines, eliding matches far from any difference.
 func (d *diffWriter) write(lines []line) {
 	near := make([]bool, len(lines))

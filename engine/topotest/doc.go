@@ -61,4 +61,10 @@
 // assert there are none). With expect_exactly (the default) a checked list
 // must match the produced one line for line; with expect_exactly: false the
 // expectations need only appear in that order among what was produced.
+//
+// A processor that panics on a record is treated as kandle run treats it:
+// its state is rebuilt as of before the record and the record given again;
+// a second panic dead-letters the record (reason internal_error, the stack
+// in the log) and the test carries on. Any panic fails the test, whatever
+// its expectations, and the report says where it happened.
 package topotest

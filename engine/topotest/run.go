@@ -67,6 +67,15 @@ func (c *Case) Run() (*Outcome, error) {
 		gotEvents[stage] = append(gotEvents[stage], g)
 		o.log = append(o.log, fmt.Sprintf("event %s p%d: %s", stage, part, g.raw))
 	}
+	var panics []string
+	p.OnPanic = func(stage string, rec *processors.Record, times int, value any, _ []byte) {
+		msg := fmt.Sprintf("processor %s panicked on the record at partition %d offset %d: %v", stage, rec.Partition, rec.Offset, value)
+		if times >= 2 {
+			msg += " (again: the record is dead-lettered internal_error; the stacks are in the log)"
+		}
+		panics = append(panics, msg)
+		o.log = append(o.log, msg)
+	}
 	for _, f := range c.feeds {
 		if f.advance > 0 {
 			if err := p.AdvanceTo(f.advance); err != nil {
@@ -89,6 +98,7 @@ func (c *Case) Run() (*Outcome, error) {
 	if c.dlChecked {
 		d.deadLetters(c.dls, dls, c.exactly)
 	}
+	d.panics(panics)
 	o.Pass, o.Diff, o.Elapsed = d.failed == 0, d.b.String(), time.Since(start)
 	return o, nil
 }
