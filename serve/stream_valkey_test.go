@@ -164,3 +164,90 @@ func TestStreamFinalAfterNextWindowOpens(t *testing.T) {
 		t.Fatalf("after stale updates: want 12:30 with 2 trades, got %s", m.raw)
 	}
 }
+
+// TestStreamDerivedEqualsQuery: a timeframe built from a stored one (3m
+// from 1m; 1w from Europe/Berlin days) streams bars that equal the
+// candles /v1/candles builds from the same stored candles, final ones
+// included, fed through the valkey sink in the order a pipeline publishes
+// (each window's final after the next window's first update) and with the
+// client subscribing while a window is under way.
+func TestStreamDerivedEqualsQuery(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, err := candle.ParseTimeframe("1d", berlin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1 := tf(t, "1m")
+	for _, tc := range []struct {
+		name    string
+		base    candle.Timeframe
+		derived string
+		start   time.Time
+		n       int
+	}{
+		{"3m from 1m", m1, "3m", time.Date(2026, 11, 27, 12, 1, 0, 0, time.UTC), 14},
+		{"1w from Berlin days", d1, "1w", time.Date(2026, 3, 18, 0, 0, 0, 0, berlin), 19}, // across the DST change
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := series("BTC/USDT", tc.base, tc.start.UnixMilli(), tc.n, 11) // every fifth a gap candle
+			last := cs[len(cs)-1]
+			v := newValkeyStream(t, map[string]candle.Timeframe{tc.base.String(): tc.base}, time.UnixMilli(last.CloseTime).Add(time.Hour))
+			// open is a window's state before its last trade.
+			open := func(c candle.Candle) candle.Candle {
+				c.Trades--
+				return c
+			}
+			// The first window (mid derived window) is under way when the
+			// client subscribes; the stream then takes over.
+			v.final(t, cs[0])
+			v.live(t, open(cs[1]))
+			c := v.subscribe(t, "BTC/USDT", tc.derived)
+			for i := 1; i < len(cs); i++ {
+				if i+1 < len(cs) && !cs[i+1].Gap {
+					v.live(t, open(cs[i+1])) // the next window opens…
+				}
+				v.final(t, cs[i]) // …before this one's final arrives
+			}
+			// The API's answer for every derived window of the data.
+			code, body := get(t, fmt.Sprintf("%s/v1/candles?symbol=BTC/USDT&timeframe=%s&start=0&limit=100", v.base, tc.derived))
+			if code != 200 {
+				t.Fatalf("%d %s", code, body)
+			}
+			want := map[int64]string{}
+			var lastOpen int64
+			for _, raw := range decode(t, body).Candles {
+				x, err := candle.ParseJSON(raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want[x.OpenTime] = string(raw)
+				lastOpen = max(lastOpen, x.OpenTime)
+			}
+			if len(want) < 3 {
+				t.Fatalf("only %d derived candles: %s", len(want), body)
+			}
+			// The stream's newest message of each window, until the last
+			// window's final.
+			got := map[int64]msg{}
+			for {
+				m := recv(t, c)
+				got[m.OpenTime] = m
+				if m.OpenTime == lastOpen && m.Final {
+					break
+				}
+			}
+			for o, w := range want {
+				g, ok := got[o]
+				if !ok {
+					t.Fatalf("no stream message for the window at %d; want %s", o, w)
+				}
+				if g.raw != w {
+					t.Errorf("window at %s:\nstream %s\n   api %s", time.UnixMilli(o).UTC(), g.raw, w)
+				}
+			}
+		})
+	}
+}

@@ -12,21 +12,28 @@ import (
 // of the stored timeframe it is built from: the process subscribes to that
 // stored series once, and each derived series keeps, for its last
 // markWindows windows, the finals received so far folded into one candle
-// (in time order) and the newest state of each later sub-candle. Every
-// update of a sub-candle is combined with the rest of its window by the
-// query side's rule (combine), so the derived bar the stream sends equals
-// the candle /v1/candles builds from the same stored candles; it is final
-// once the final of its window's last sub-candle is folded in.
+// (in time order, without holes) and the newest state of each later
+// sub-candle. Every update of a sub-candle is combined with the rest of its
+// window by the query side's rule (combine), so the derived bar the stream
+// sends equals the candle /v1/candles builds from the same stored
+// candles. It is final once the finals of the whole window are folded in.
 //
-// The first subscription of a client reads the stored sub-candles of the
-// newest window (as the query side would), so a window already under way
-// is complete; afterwards the sub-candles come from the stream, which
-// delivers every window of a key once it traded (gap candles included).
+// A derived series starts silent: its first subscription reads the stored
+// sub-candles of the newest window and of those it holds (as the query
+// side reads them) and only then sends, so a window already under way is
+// complete and a final is never sent without the sub-candles before it. Afterwards the sub-candles come
+// from the stream, which delivers every window of a key once it has
+// traded (gap candles included), a window's final possibly after the next
+// window's first update. A window whose first sub-candles the stream never
+// delivered (a key that starts trading, or trades again after max_idle,
+// inside it) is sent, but not as final, and keeps its sub-candles until it
+// leaves the last markWindows; the API has its final candle.
 
 // derivedSeries is the state of one derived series.
 type derivedSeries struct {
-	tf   candle.Timeframe
-	wins []*derivedWindow // oldest first, at most markWindows
+	tf     candle.Timeframe
+	seeded bool             // the stored sub-candles were read: updates may go out
+	wins   []*derivedWindow // oldest first, at most markWindows
 }
 
 // derivedWindow is one window of a derived series.
@@ -34,39 +41,38 @@ type derivedWindow struct {
 	tf     candle.Timeframe
 	open   int64
 	done   *candle.Candle // the finals folded so far, as one candle of the window
-	doneTo int64          // close time of the last final folded in
+	doneTo int64          // close time of the last final folded in (open: none)
 	tail   []Update       // later sub-candles by open time, the newest state of each
 }
 
 // add takes an update of a sub-candle and returns the derived window's
 // update, or false when it changes nothing (an update older than what the
-// window holds, or of a window older than every one kept).
+// window holds, or of a window older than every one kept) or the series
+// is not seeded yet.
 func (d *derivedSeries) add(u Update) (Update, bool) {
-	o := d.tf.Start(u.Candle.OpenTime)
-	i, found := slices.BinarySearchFunc(d.wins, o, func(w *derivedWindow, o int64) int { return cmp.Compare(w.open, o) })
-	if !found {
-		if i == 0 && len(d.wins) >= markWindows {
-			return Update{}, false
-		}
-		d.wins = slices.Insert(d.wins, i, &derivedWindow{tf: d.tf, open: o, doneTo: o})
-		if n := len(d.wins) - markWindows; n > 0 {
-			d.wins = slices.Delete(d.wins, 0, n)
-			i -= n
-		}
-	}
-	w := d.wins[i]
-	if !w.add(u) {
+	w := d.window(d.tf.Start(u.Candle.OpenTime))
+	if w == nil || !w.add(u) || !d.seeded {
 		return Update{}, false
 	}
 	return w.update(), true
 }
 
-// newest returns the update of the newest window held.
-func (d *derivedSeries) newest() (Update, bool) {
-	if len(d.wins) == 0 {
-		return Update{}, false
+// window returns the window opening at o, new if need be; nil when o is
+// older than every window kept.
+func (d *derivedSeries) window(o int64) *derivedWindow {
+	i, found := slices.BinarySearchFunc(d.wins, o, func(w *derivedWindow, o int64) int { return cmp.Compare(w.open, o) })
+	if found {
+		return d.wins[i]
 	}
-	return d.wins[len(d.wins)-1].update(), true
+	if i == 0 && len(d.wins) >= markWindows {
+		return nil
+	}
+	w := &derivedWindow{tf: d.tf, open: o, doneTo: o}
+	d.wins = slices.Insert(d.wins, i, w)
+	if n := len(d.wins) - markWindows; n > 0 {
+		d.wins = slices.Delete(d.wins, 0, n)
+	}
+	return w
 }
 
 // add records u unless the window already holds as new a state of its
@@ -86,12 +92,22 @@ func (w *derivedWindow) add(u Update) bool {
 	} else {
 		w.tail = slices.Insert(w.tail, i, u)
 	}
-	for len(w.tail) > 0 && w.tail[0].Final {
-		c := w.fold(w.tail[:1])
-		w.done, w.doneTo = &c, w.tail[0].Candle.CloseTime
-		w.tail = slices.Delete(w.tail, 0, 1)
-	}
+	w.foldFinals()
 	return true
+}
+
+// foldFinals folds the finals that follow done without a hole into it.
+func (w *derivedWindow) foldFinals() {
+	n := 0
+	for n < len(w.tail) && w.tail[n].Final && w.tail[n].Candle.OpenTime == w.doneTo {
+		w.doneTo = w.tail[n].Candle.CloseTime
+		n++
+	}
+	if n > 0 {
+		c := w.fold(w.tail[:n])
+		w.done = &c
+		w.tail = slices.Delete(w.tail, 0, n)
+	}
 }
 
 // fold combines done with subs (sub-candles after it, in order) into one
@@ -110,39 +126,67 @@ func (w *derivedWindow) fold(subs []Update) candle.Candle {
 	return combine(cs, w.tf)[0]
 }
 
-// update is the window's candle: final once the final of its last
-// sub-candle is folded in.
+// update is the window's candle: final once every sub-candle up to the
+// window's end is folded in.
 func (w *derivedWindow) update() Update {
 	c := w.fold(w.tail)
 	return Update{Candle: c, Final: len(w.tail) == 0 && w.doneTo == c.CloseTime}
 }
 
-// derivedSnapshot gives c the newest window of the derived series k: it
-// reads that window's stored sub-candles (the query side's reads: history
-// stores and the open window), adds them to the series' state and pushes
-// the result.
+// derivedSnapshot gives c the newest window of the derived series k. It
+// reads the stored sub-candles of the windows the series holds and of the
+// newest stored window (the query side's reads: history stores and the
+// open window) into the series' state; the first time, the series may
+// then send, and every window it holds goes to its clients.
 func (s *Server) derivedSnapshot(ctx context.Context, c *client, k key, tf, base candle.Timeframe) error {
-	newest, _, _, err := s.candles(ctx, query{symbol: k.symbol, tf: base, from: 0, to: maxTime + 1, limit: 1, desc: true})
-	if err != nil || len(newest) == 0 {
-		return err
-	}
-	o := tf.Start(newest[0].OpenTime)
-	subs, _, openFrom, err := s.candles(ctx, query{symbol: k.symbol, tf: base, from: o, to: tf.End(o), limit: maxDerivedReads})
-	if err != nil {
-		return err
-	}
 	h := s.hub
+	lo := int64(maxTime + 1)
+	h.mu.Lock()
+	if ch := h.subs[k]; ch != nil && ch.d != nil && len(ch.d.wins) > 0 {
+		lo = ch.d.wins[0].open
+	}
+	h.mu.Unlock()
+	var subs []candle.Candle
+	openFrom := int64(maxTime + 1)
+	newest, _, _, err := s.candles(ctx, query{symbol: k.symbol, tf: base, from: 0, to: maxTime + 1, limit: 1, desc: true})
+	if len(newest) > 0 {
+		lo = min(lo, tf.Start(newest[0].OpenTime))
+	}
+	if err == nil && lo <= maxTime {
+		subs, _, openFrom, err = s.candles(ctx, query{symbol: k.symbol, tf: base, from: lo, to: maxTime + 1, limit: maxDerivedReads})
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ch := h.subs[k]
 	if ch == nil || ch.d == nil {
-		return nil // unsubscribed meanwhile
+		return err // unsubscribed meanwhile
 	}
-	for _, sub := range subs {
-		h.send(ch, Update{Candle: sub, Final: sub.OpenTime < openFrom})
+	d := ch.d
+	for i, sub := range subs {
+		w := d.window(tf.Start(sub.OpenTime))
+		if w == nil {
+			continue
+		}
+		if (i == 0 || tf.Start(subs[i-1].OpenTime) != w.open) && w.done == nil && w.doneTo < sub.OpenTime &&
+			(len(w.tail) == 0 || w.tail[0].Candle.OpenTime >= sub.OpenTime) {
+			// The stores hold nothing before it in its window: the key
+			// started trading inside the window.
+			w.doneTo = sub.OpenTime
+			w.foldFinals()
+		}
+		w.add(Update{Candle: sub, Final: sub.OpenTime < openFrom})
 	}
-	if u, ok := ch.d.newest(); ok {
-		c.push(k, u, nil)
+	if !d.seeded {
+		d.seeded = true
+		for _, w := range d.wins {
+			u := w.update()
+			b := updateJSON(nil, u)
+			for cl := range ch.clients {
+				cl.push(k, u, b)
+			}
+		}
+	} else if len(d.wins) > 0 {
+		c.push(k, d.wins[len(d.wins)-1].update(), nil)
 	}
-	return nil
+	return err
 }
