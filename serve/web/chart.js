@@ -72,8 +72,6 @@
     if (!hovered) legend(bars[bars.length - 1]);
     window.kandle.legend = $("legend").textContent;
   }
-  // For tests: how the page draws a candle and its volume.
-  window.kandle.draw = (c) => { const b = toBar(c); return { bar: b, volume: toVolume(b) }; };
 
   function precisionOf(bars) {
     const p = bars.length ? bars[bars.length - 1].close : 1;
@@ -173,8 +171,16 @@
     }
     return -1;
   }
-  // For tests: the bar at a time (seconds) as the chart holds it.
-  window.kandle.bar = (t) => { const i = barAt(t); return i < 0 ? null : state.bars[i]; };
+  // For tests: what the chart's two series hold at a time (seconds): the
+  // candle bar as drawn, the API candle it came from and its volume bar.
+  window.kandle.drawn = (t) => {
+    const i = barAt(t);
+    return {
+      bar: series.data().find((b) => b.time === t) || null,
+      candle: i < 0 ? null : state.bars[i].c,
+      volume: volume.data().find((v) => v.time === t) || null,
+    };
+  };
 
   // subscribe opens the stream (once) and subscribes to the shown series.
   // After a disconnect it reconnects and reloads the newest page: the API
@@ -186,6 +192,7 @@
       if (subscribed) ws.send(JSON.stringify({ id: nextID++, method: "UNSUBSCRIBE", params: [subscribed] }));
       subscribed = { symbol: state.symbol, timeframe: state.timeframe };
       ws.send(JSON.stringify({ id: nextID++, method: "SUBSCRIBE", params: [subscribed] }));
+      status("live", "live");
       return;
     }
     if (ws && ws.readyState === WebSocket.CONNECTING) return;
