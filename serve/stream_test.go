@@ -326,3 +326,111 @@ func TestStreamBadInput(t *testing.T) {
 	_ = mute
 	poll(t, "the mute client dropped", func() bool { return testutil.ToFloat64(p.s.m.dropped.WithLabelValues("ping")) == 1 })
 }
+
+// TestMarksPerWindow: a client's marks keep order per window, for the last
+// markWindows windows of a series: a window's final after the next window
+// opened goes out; fewer trades, anything after a final, and a window
+// older than every one remembered do not.
+func TestMarksPerWindow(t *testing.T) {
+	cs := series("BTC/USDT", tf(t, "1m"), 0, 8, 3)
+	up := func(i int, trades int64, final bool) Update {
+		c := cs[i]
+		c.Trades = trades
+		return Update{Candle: c, Final: final}
+	}
+	var ms marks
+	for n, tc := range []struct {
+		u    Update
+		want bool
+	}{
+		{up(0, 5, false), true},
+		{up(1, 1, false), true},  // the next window opens…
+		{up(0, 6, true), true},   // …then the previous one's final arrives
+		{up(0, 6, false), false}, // after the final
+		{up(0, 6, true), false},  // the final again
+		{up(1, 0, false), false}, // fewer trades than sent
+		{up(1, 1, false), true},  // as many: the same state again
+		{up(2, 1, false), true},
+		{up(3, 1, false), true},
+		{up(4, 1, false), true}, // window 0 is forgotten
+		{up(0, 9, false), false}, // older than every window remembered
+		{up(1, 2, true), true},   // still remembered
+	} {
+		if got := ms.admit(tc.u); got != tc.want {
+			t.Fatalf("step %d (window %d, %d trades, final %v): admitted %v", n, tc.u.Candle.OpenTime, tc.u.Candle.Trades, tc.u.Final, got)
+		}
+		if len(ms) > markWindows {
+			t.Fatalf("%d marks kept", len(ms))
+		}
+	}
+}
+
+// TestDerivedSeries: a derived series folds the sub-candles of each window
+// in the order the pipeline publishes them (a window's final after the
+// next window's first update, a gap candle's final after the next
+// window's update) into the candle combine builds from all of them, final
+// once the whole window's finals are in; it sends nothing before it is
+// seeded, and a window whose first sub-candles it never got is not final.
+func TestDerivedSeries(t *testing.T) {
+	m1, m3 := tf(t, "1m"), tf(t, "3m")
+	cs := series("BTC/USDT", m1, 0, 9, 5)
+	// cs[3], the first of window 1, is a gap candle and cs[4] is not: that
+	// window opens with cs[4]'s update, before cs[3]'s final.
+	px := cs[2].Close
+	cs[3], cs[4] = cs[4], cs[1]
+	cs[3].Open, cs[3].High, cs[3].Low, cs[3].Close = px, px, px, px
+	cs[3].OpenTime, cs[3].CloseTime = cs[2].CloseTime, cs[2].CloseTime+60_000
+	cs[4].OpenTime, cs[4].CloseTime = cs[3].CloseTime, cs[3].CloseTime+60_000
+	d := &derivedSeries{tf: m3}
+	live := func(c candle.Candle) Update { c.Trades--; return Update{Candle: c} }
+	if _, ok := d.add(live(cs[0])); ok {
+		t.Fatal("an unseeded series sent an update")
+	}
+	d.seeded = true
+	last := map[int64]Update{}
+	for i := range cs {
+		var seq []Update
+		if !cs[i].Gap {
+			seq = append(seq, live(cs[i]))
+		}
+		if i > 0 {
+			seq = append(seq, Update{Candle: cs[i-1], Final: true})
+		}
+		for _, u := range seq {
+			if got, ok := d.add(u); ok {
+				if prev, had := last[got.Candle.OpenTime]; had && prev.Final {
+					t.Fatalf("an update after the final of %d", got.Candle.OpenTime)
+				}
+				last[got.Candle.OpenTime] = got
+			}
+		}
+	}
+	if _, ok := d.add(Update{Candle: cs[len(cs)-1], Final: true}); !ok {
+		t.Fatal("the last final changed nothing")
+	}
+	got := d.wins[len(d.wins)-1].update()
+	last[got.Candle.OpenTime] = got
+	want := combine(cs, m3)
+	if len(last) != len(want) {
+		t.Fatalf("%d windows, want %d", len(last), len(want))
+	}
+	for _, w := range want {
+		g := last[w.OpenTime]
+		if !g.Final || !g.Candle.Equal(&w) {
+			t.Fatalf("window %d: got %+v (final %v), want %+v", w.OpenTime, g.Candle, g.Final, w)
+		}
+	}
+	if len(d.wins) > markWindows {
+		t.Fatalf("%d windows kept", len(d.wins))
+	}
+	// A window whose first sub-candle never arrived is sent, not as final.
+	late := series("ETH/USDT", m1, 30*60_000, 3, 6)
+	e := &derivedSeries{tf: m3, seeded: true}
+	var u Update
+	for _, c := range late[1:] {
+		u, _ = e.add(Update{Candle: c, Final: true})
+	}
+	if u.Final || u.Candle.Trades != late[1].Trades+late[2].Trades {
+		t.Fatalf("a window without its first sub-candle: %+v final %v", u.Candle, u.Final)
+	}
+}

@@ -133,16 +133,23 @@ func (w *derivedWindow) update() Update {
 	return Update{Candle: c, Final: len(w.tail) == 0 && w.doneTo == c.CloseTime}
 }
 
-// derivedSnapshot gives c the newest window of the derived series k. It
-// reads the stored sub-candles of the windows the series holds and of the
-// newest stored window (the query side's reads: history stores and the
-// open window) into the series' state; the first time, the series may
-// then send, and every window it holds goes to its clients.
+// derivedSnapshot gives c the newest window of the derived series k. The
+// first time, it reads the stored sub-candles of the windows the series
+// holds and of the newest stored window (the query side's reads: history
+// stores and the open window) into the series' state, which may then
+// send: every window it holds goes to its clients.
 func (s *Server) derivedSnapshot(ctx context.Context, c *client, k key, tf, base candle.Timeframe) error {
 	h := s.hub
 	lo := int64(maxTime + 1)
 	h.mu.Lock()
-	if ch := h.subs[k]; ch != nil && ch.d != nil && len(ch.d.wins) > 0 {
+	if ch := h.subs[k]; ch != nil && ch.d != nil && ch.d.seeded {
+		// Read once: later clients get what the stream built since.
+		if len(ch.d.wins) > 0 {
+			c.push(k, ch.d.wins[len(ch.d.wins)-1].update(), nil)
+		}
+		h.mu.Unlock()
+		return nil
+	} else if ch != nil && ch.d != nil && len(ch.d.wins) > 0 {
 		lo = ch.d.wins[0].open
 	}
 	h.mu.Unlock()
@@ -176,17 +183,19 @@ func (s *Server) derivedSnapshot(ctx context.Context, c *client, k key, tf, base
 		}
 		w.add(Update{Candle: sub, Final: sub.OpenTime < openFrom})
 	}
-	if !d.seeded {
-		d.seeded = true
-		for _, w := range d.wins {
-			u := w.update()
-			b := updateJSON(nil, u)
-			for cl := range ch.clients {
-				cl.push(k, u, b)
-			}
+	if d.seeded { // another client's snapshot came first
+		if len(d.wins) > 0 {
+			c.push(k, d.wins[len(d.wins)-1].update(), nil)
 		}
-	} else if len(d.wins) > 0 {
-		c.push(k, d.wins[len(d.wins)-1].update(), nil)
+		return err
+	}
+	d.seeded = true
+	for _, w := range d.wins {
+		u := w.update()
+		b := updateJSON(nil, u)
+		for cl := range ch.clients {
+			cl.push(k, u, b)
+		}
 	}
 	return err
 }
