@@ -352,7 +352,7 @@ func TestMarksPerWindow(t *testing.T) {
 		{up(1, 1, false), true},  // as many: the same state again
 		{up(2, 1, false), true},
 		{up(3, 1, false), true},
-		{up(4, 1, false), true}, // window 0 is forgotten
+		{up(4, 1, false), true},  // window 0 is forgotten
 		{up(0, 9, false), false}, // older than every window remembered
 		{up(1, 2, true), true},   // still remembered
 	} {
