@@ -64,6 +64,12 @@ func (d *derivedSeries) window(o int64) *derivedWindow {
 	if found {
 		return d.wins[i]
 	}
+	if i < len(d.wins) && d.seeded {
+		// Older than the newest window held and not held: its first
+		// sub-candles may have gone by (it left the last markWindows), so
+		// what came after them would make an incomplete bar.
+		return nil
+	}
 	if i == 0 && len(d.wins) >= markWindows {
 		return nil
 	}
@@ -134,47 +140,76 @@ func (w *derivedWindow) update() Update {
 }
 
 // derivedSnapshot gives c the newest window of the derived series k. The
-// first time, it reads the stored sub-candles of the windows the series
-// holds and of the newest stored window (the query side's reads: history
+// first time, it reads the stored sub-candles of the newest stored window
+// and of every window the series holds (the query side's reads: history
 // stores and the open window) into the series' state, which may then
-// send: every window it holds goes to its clients.
+// send: every window it holds goes to its clients. A window the stream
+// opened while the stores were read is read too (up to three rounds);
+// one still unread then is dropped, as it could lack sub-candles.
 func (s *Server) derivedSnapshot(ctx context.Context, c *client, k key, tf, base candle.Timeframe) error {
 	h := s.hub
-	lo := int64(maxTime + 1)
-	h.mu.Lock()
-	if ch := h.subs[k]; ch != nil && ch.d != nil && ch.d.seeded {
-		// Read once: later clients get what the stream built since.
-		if len(ch.d.wins) > 0 {
-			c.push(k, ch.d.wins[len(ch.d.wins)-1].update(), nil)
+	var subs []candle.Candle
+	var err error
+	openFrom, read := int64(maxTime+1), int64(maxTime+1) // read: where subs start
+	for round := 0; ; round++ {
+		h.mu.Lock()
+		ch := h.subs[k]
+		if ch == nil || ch.d == nil {
+			h.mu.Unlock()
+			return err // unsubscribed meanwhile
+		}
+		d := ch.d
+		if d.seeded {
+			// Read once: later clients get what the stream built since.
+			if len(d.wins) > 0 {
+				c.push(k, d.wins[len(d.wins)-1].update(), nil)
+			}
+			h.mu.Unlock()
+			return err
+		}
+		lo := read
+		if len(d.wins) > 0 {
+			lo = min(lo, d.wins[0].open)
+		}
+		if err == nil && (round == 0 || (lo < read && round < 3)) {
+			h.mu.Unlock()
+			if round == 0 {
+				var newest []candle.Candle
+				newest, _, _, err = s.candles(ctx, query{symbol: k.symbol, tf: base, from: 0, to: maxTime + 1, limit: 1, desc: true})
+				if len(newest) > 0 {
+					lo = min(lo, tf.Start(newest[0].OpenTime))
+				}
+			}
+			if err == nil && lo <= maxTime {
+				subs, _, openFrom, err = s.candles(ctx, query{symbol: k.symbol, tf: base, from: lo, to: maxTime + 1, limit: maxDerivedReads})
+				read = lo
+			}
+			continue
+		}
+		d.wins = slices.DeleteFunc(d.wins, func(w *derivedWindow) bool { return w.open < read })
+		d.seed(subs, openFrom)
+		for _, w := range d.wins {
+			u := w.update()
+			b := updateJSON(nil, u)
+			for cl := range ch.clients {
+				cl.push(k, u, b)
+			}
 		}
 		h.mu.Unlock()
-		return nil
-	} else if ch != nil && ch.d != nil && len(ch.d.wins) > 0 {
-		lo = ch.d.wins[0].open
+		return err
 	}
-	h.mu.Unlock()
-	var subs []candle.Candle
-	openFrom := int64(maxTime + 1)
-	newest, _, _, err := s.candles(ctx, query{symbol: k.symbol, tf: base, from: 0, to: maxTime + 1, limit: 1, desc: true})
-	if len(newest) > 0 {
-		lo = min(lo, tf.Start(newest[0].OpenTime))
-	}
-	if err == nil && lo <= maxTime {
-		subs, _, openFrom, err = s.candles(ctx, query{symbol: k.symbol, tf: base, from: lo, to: maxTime + 1, limit: maxDerivedReads})
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch := h.subs[k]
-	if ch == nil || ch.d == nil {
-		return err // unsubscribed meanwhile
-	}
-	d := ch.d
+}
+
+// seed adds the stored sub-candles subs (in time order, from a window's
+// start; those opening at or after openFrom are not final) and lets the
+// series send.
+func (d *derivedSeries) seed(subs []candle.Candle, openFrom int64) {
 	for i, sub := range subs {
-		w := d.window(tf.Start(sub.OpenTime))
+		w := d.window(d.tf.Start(sub.OpenTime))
 		if w == nil {
 			continue
 		}
-		if (i == 0 || tf.Start(subs[i-1].OpenTime) != w.open) && w.done == nil && w.doneTo < sub.OpenTime &&
+		if (i == 0 || d.tf.Start(subs[i-1].OpenTime) != w.open) && w.done == nil && w.doneTo < sub.OpenTime &&
 			(len(w.tail) == 0 || w.tail[0].Candle.OpenTime >= sub.OpenTime) {
 			// The stores hold nothing before it in its window: the key
 			// started trading inside the window.
@@ -183,19 +218,5 @@ func (s *Server) derivedSnapshot(ctx context.Context, c *client, k key, tf, base
 		}
 		w.add(Update{Candle: sub, Final: sub.OpenTime < openFrom})
 	}
-	if d.seeded { // another client's snapshot came first
-		if len(d.wins) > 0 {
-			c.push(k, d.wins[len(d.wins)-1].update(), nil)
-		}
-		return err
-	}
 	d.seeded = true
-	for _, w := range d.wins {
-		u := w.update()
-		b := updateJSON(nil, u)
-		for cl := range ch.clients {
-			cl.push(k, u, b)
-		}
-	}
-	return err
 }
