@@ -14,9 +14,12 @@
 // The stream fans out the live store's pub/sub: each process holds one
 // subscription per (symbol, timeframe) channel however many clients want it
 // (reference counted), and each client has a bounded queue in which
-// updates of the same candle are coalesced. Per (symbol, timeframe) a
-// client never receives an update older than one it already got; it starts
-// with a snapshot of the open candle. A client whose queue overflows is
+// updates of the same candle are coalesced. Per window a client never
+// receives an update older than one it already got (fewer trades, or
+// anything after the final), while a window's final still reaches it
+// after the next window opened; it starts with a snapshot of the open
+// candle. A timeframe built at query time is streamed from the updates of
+// the stored one it is built from. A client whose queue overflows is
 // disconnected with the reason, so a slow client never slows others.
 //
 // The stores are small interfaces defined here (History, OpenWindow, Feed);

@@ -25,7 +25,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		clients: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kandle_serve_stream_clients",
 			Help: "Connected WebSocket clients."}),
 		channels: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kandle_serve_stream_channels",
-			Help: "Pub/sub channels this process is subscribed to (one per series, whatever the number of clients)."}),
+			Help: "Pub/sub channels this process is subscribed to (one per stored series, whatever the number of clients and of timeframes built from it)."}),
 		delivered: prometheus.NewCounter(prometheus.CounterOpts{Name: "kandle_serve_stream_messages_total",
 			Help: "Candle updates written to WebSocket clients."}),
 		coalesced: prometheus.NewCounter(prometheus.CounterOpts{Name: "kandle_serve_stream_coalesced_total",

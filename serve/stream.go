@@ -1,38 +1,54 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/kandle/kandle/candle"
 )
 
 // key names one series.
 type key struct{ symbol, tf string }
 
-// hub holds the process's pub/sub subscriptions (one per series, counted
-// by the clients that want it) and fans updates out to client queues.
+// hub holds the process's pub/sub subscriptions (one per stored series,
+// counted by the channels fed from it) and fans updates out to client
+// queues.
 type hub struct {
 	s *Server
 
 	subMu sync.Mutex // serialises changes of the Feed's subscription set
 
 	mu      sync.Mutex
-	subs    map[key]map[*client]struct{}
+	subs    map[key]*channel   // by the series clients asked for
+	feeds   map[key][]*channel // by the stored series they are fed from
 	clients map[*client]struct{}
 
 	conns sync.WaitGroup // stream handlers, waited for by Server.Run
 }
 
+// channel is one series clients subscribe to: a stored series, whose
+// updates go out as the Feed delivers them, or a derived one, built from
+// the updates of the stored series it is derived from.
+type channel struct {
+	k       key
+	feed    key // the stored series whose updates feed it
+	d       *derivedSeries
+	clients map[*client]struct{}
+}
+
 func newHub(s *Server) *hub {
-	return &hub{s: s, subs: map[key]map[*client]struct{}{}, clients: map[*client]struct{}{}}
+	return &hub{s: s, subs: map[key]*channel{}, feeds: map[key][]*channel{}, clients: map[*client]struct{}{}}
 }
 
 // run delivers the feed's updates until ctx ends.
@@ -46,76 +62,106 @@ func (h *hub) run(ctx context.Context) {
 	}
 }
 
-// publish fans u out to the clients subscribed to its series.
+// publish fans u out to the clients of the channels fed by its series.
 func (h *hub) publish(u Update) {
-	k := key{u.Candle.Symbol, u.Candle.Timeframe}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	set := h.subs[k]
-	if len(set) == 0 {
-		return
-	}
-	b := updateJSON(nil, u) // encoded once, shared (read-only) by every client
-	for c := range set {
-		c.push(k, u, b)
+	for _, ch := range h.feeds[key{u.Candle.Symbol, u.Candle.Timeframe}] {
+		h.send(ch, u)
 	}
 }
 
-// subscribe adds c to k's set; the first client makes the Feed subscribe.
-func (h *hub) subscribe(ctx context.Context, c *client, k key) error {
+// send turns u, an update of ch's stored series, into ch's update and
+// queues it for ch's clients. Caller holds mu.
+func (h *hub) send(ch *channel, u Update) {
+	if ch.d != nil {
+		var ok bool
+		if u, ok = ch.d.add(u); !ok {
+			return
+		}
+	}
+	if len(ch.clients) == 0 {
+		return
+	}
+	b := updateJSON(nil, u) // encoded once, shared (read-only) by every client
+	for c := range ch.clients {
+		c.push(ch.k, u, b)
+	}
+}
+
+// subscribe adds c to k's channel; the first channel fed by a stored
+// series makes the Feed subscribe to it. base is the stored timeframe a
+// derived k (of timeframe tf) is built from; zero for a stored k.
+func (h *hub) subscribe(ctx context.Context, c *client, k key, tf, base candle.Timeframe) error {
 	h.subMu.Lock()
 	defer h.subMu.Unlock()
 	h.mu.Lock()
-	set, ok := h.subs[k]
+	ch, ok := h.subs[k]
 	h.mu.Unlock()
 	if !ok {
-		if h.s.o.Feed != nil {
-			if err := h.s.o.Feed.Subscribe(ctx, k.symbol, k.tf); err != nil {
-				return err
-			}
+		ch = &channel{k: k, feed: k, clients: map[*client]struct{}{}}
+		if base.N > 0 {
+			ch.feed, ch.d = key{k.symbol, base.String()}, &derivedSeries{tf: tf}
 		}
-		set = map[*client]struct{}{}
-		h.s.m.channels.Inc()
+		h.mu.Lock()
+		fresh := len(h.feeds[ch.feed]) == 0
+		h.mu.Unlock()
+		if fresh {
+			if h.s.o.Feed != nil {
+				if err := h.s.o.Feed.Subscribe(ctx, ch.feed.symbol, ch.feed.tf); err != nil {
+					return err
+				}
+			}
+			h.s.m.channels.Inc()
+		}
+		h.mu.Lock()
+		h.feeds[ch.feed] = append(h.feeds[ch.feed], ch)
+		h.subs[k] = ch
+		h.mu.Unlock()
 	}
 	h.mu.Lock()
-	set[c] = struct{}{}
-	h.subs[k] = set
+	ch.clients[c] = struct{}{}
 	h.mu.Unlock()
 	return nil
 }
 
-// unsubscribe removes c from k's set; the last client ends the Feed's
-// subscription.
+// unsubscribe removes c from k's channel; the last channel fed by a stored
+// series ends the Feed's subscription to it.
 func (h *hub) unsubscribe(ctx context.Context, c *client, k key) {
 	h.subMu.Lock()
 	defer h.subMu.Unlock()
 	h.mu.Lock()
-	set, ok := h.subs[k]
+	ch, ok := h.subs[k]
+	last := false
 	if ok {
-		delete(set, c)
-		if len(set) > 0 {
-			ok = false
-		} else {
+		delete(ch.clients, c)
+		if len(ch.clients) == 0 {
 			delete(h.subs, k)
+			fs := slices.DeleteFunc(h.feeds[ch.feed], func(x *channel) bool { return x == ch })
+			if last = len(fs) == 0; last {
+				delete(h.feeds, ch.feed)
+			} else {
+				h.feeds[ch.feed] = fs
+			}
 		}
 	}
 	h.mu.Unlock()
-	if !ok {
+	if !last {
 		return
 	}
 	h.s.m.channels.Dec()
 	if h.s.o.Feed != nil {
-		if err := h.s.o.Feed.Unsubscribe(ctx, k.symbol, k.tf); err != nil {
-			h.s.log.Warn("live feed unsubscribe failed", "symbol", k.symbol, "timeframe", k.tf, "err", err)
+		if err := h.s.o.Feed.Unsubscribe(ctx, ch.feed.symbol, ch.feed.tf); err != nil {
+			h.s.log.Warn("live feed unsubscribe failed", "symbol", ch.feed.symbol, "timeframe", ch.feed.tf, "err", err)
 		}
 	}
 }
 
-// channels returns how many series the process is subscribed to.
+// channels returns how many stored series the process is subscribed to.
 func (h *hub) channels() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.subs)
+	return len(h.feeds)
 }
 
 // closeAll disconnects every client (server shutdown).
@@ -131,26 +177,54 @@ func (h *hub) closeAll() {
 	}
 }
 
-// mark is the newest state a client was given of one series.
+// markWindows is how many windows of one series a client's marks (and a
+// derived series' state) remember: the open window, the ones whose finals
+// may still arrive after it opened, and a margin. An update of a window
+// older than all of them, once that many are remembered, is dropped.
+const markWindows = 4
+
+// mark is the newest state a client was given of one window.
 type mark struct {
 	open   int64
 	trades int64
 	final  bool
 }
 
-// newer reports whether u may follow m: a later window, or the same window
-// with at least as many trades and not after its final.
-func (m mark) newer(u Update) bool {
-	c := u.Candle
-	switch {
-	case c.OpenTime != m.open:
-		return c.OpenTime > m.open
-	case m.final:
-		return false
-	case u.Final:
+// admits reports whether u, an update of m's window, may follow m: the
+// same window with at least as many trades, or its final, and nothing
+// after the final.
+func (m mark) admits(u Update) bool {
+	return !m.final && (u.Final || u.Candle.Trades >= m.trades)
+}
+
+// marks are a client's marks of the last markWindows windows of one
+// series, oldest first. Order is kept per window, not per series: the
+// final of a window arrives after the next window opened (its watermark
+// passes only with a later trade), and is still sent.
+type marks []mark
+
+// admit reports whether u may follow what was sent of its window, and
+// records it when so.
+func (ms *marks) admit(u Update) bool {
+	s := *ms
+	o := u.Candle.OpenTime
+	i, found := slices.BinarySearchFunc(s, o, func(m mark, o int64) int { return cmp.Compare(m.open, o) })
+	if found {
+		if !s[i].admits(u) {
+			return false
+		}
+		s[i].trades, s[i].final = u.Candle.Trades, u.Final
 		return true
 	}
-	return c.Trades >= m.trades
+	if i == 0 && len(s) >= markWindows {
+		return false // older than every window remembered
+	}
+	s = slices.Insert(s, i, mark{o, u.Candle.Trades, u.Final})
+	if len(s) > markWindows {
+		s = slices.Delete(s, 0, len(s)-markWindows)
+	}
+	*ms = s
+	return true
 }
 
 // entry is one queued message: a candle update (coalesced by window) or a
@@ -174,7 +248,7 @@ type client struct {
 	mu      sync.Mutex
 	q       []entry
 	pending map[[2]any]int // (key, open_time) → index in q
-	marks   map[key]mark
+	marks   map[key]*marks
 	subs    map[key]bool
 	dead    bool
 	code    websocket.StatusCode // why the server ends the connection
@@ -190,11 +264,15 @@ func (c *client) push(k key, u Update, msg []byte) {
 		c.mu.Unlock()
 		return
 	}
-	if m, ok := c.marks[k]; ok && !m.newer(u) {
+	ms := c.marks[k]
+	if ms == nil {
+		ms = new(marks)
+		c.marks[k] = ms
+	}
+	if !ms.admit(u) {
 		c.mu.Unlock()
 		return
 	}
-	c.marks[k] = mark{u.Candle.OpenTime, u.Candle.Trades, u.Final}
 	pk := [2]any{k, u.Candle.OpenTime}
 	if i, ok := c.pending[pk]; ok {
 		c.q[i].u, c.q[i].msg = u, msg
@@ -399,7 +477,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	defer s.hub.conns.Done()
 	conn.SetReadLimit(s.o.Config.MaxMessageBytes)
 	ctx, cancel := context.WithCancel(r.Context())
-	c := &client{h: s.hub, conn: conn, cancel: cancel, pending: map[[2]any]int{}, marks: map[key]mark{},
+	c := &client{h: s.hub, conn: conn, cancel: cancel, pending: map[[2]any]int{}, marks: map[key]*marks{},
 		subs: map[key]bool{}, wake: make(chan struct{}, 1)}
 	s.hub.mu.Lock()
 	s.hub.clients[c] = struct{}{}
@@ -509,14 +587,16 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 		c.reply(errorReply(req.ID, 400, `params: list the series, e.g. [{"symbol":"BTC/USDT","timeframe":"1m"}]`))
 		return
 	}
+	type wanted struct {
+		k        key
+		tf, base candle.Timeframe
+	}
 	keys := make([]key, 0, len(req.Params))
+	want := map[key]wanted{}
 	for i, p := range req.Params {
 		rctx, cancel := context.WithTimeout(ctx, s.o.Config.StoreTimeout)
-		_, base, err := s.series(rctx, p.Symbol, p.Timeframe)
+		tf, base, err := s.series(rctx, p.Symbol, p.Timeframe)
 		cancel()
-		if err == nil && base.N > 0 {
-			err = notFound("timeframe %q is not served by the stream (it is built at query time from %s); subscribe to %s and combine, or read /v1/candles", p.Timeframe, base, base)
-		}
 		if err != nil {
 			code := 400
 			var ae *apiError
@@ -526,7 +606,10 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 			c.reply(errorReply(req.ID, code, "params["+strconv.Itoa(i)+"]: "+err.Error()))
 			return
 		}
-		keys = append(keys, key{p.Symbol, p.Timeframe})
+		// Named as its candles name it ("01m" is the stored 1m).
+		k := key{p.Symbol, tf.String()}
+		keys = append(keys, k)
+		want[k] = wanted{k, tf, base}
 	}
 	if req.Method == "UNSUBSCRIBE" {
 		for _, k := range keys {
@@ -563,7 +646,7 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 		if had {
 			continue
 		}
-		if err := s.hub.subscribe(ctx, c, k); err != nil {
+		if err := s.hub.subscribe(ctx, c, k, want[k].tf, want[k].base); err != nil {
 			c.mu.Lock()
 			delete(c.subs, k)
 			c.mu.Unlock()
@@ -577,18 +660,21 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 	// The snapshot of the open candle comes after the subscription exists,
 	// so no update between the two is missed; marks drop whichever of the
 	// two is older.
-	if s.o.Live != nil {
-		for _, k := range fresh {
-			rctx, cancel := context.WithTimeout(ctx, s.o.Config.StoreTimeout)
-			cd, ok, err := s.o.Live.OpenCandle(rctx, k.symbol, k.tf)
-			cancel()
-			if err != nil {
-				s.log.Warn("open candle snapshot failed", "symbol", k.symbol, "timeframe", k.tf, "err", err)
-				continue
-			}
-			if ok {
+	for _, k := range fresh {
+		rctx, cancel := context.WithTimeout(ctx, s.o.Config.StoreTimeout)
+		var err error
+		if w := want[k]; w.base.N > 0 {
+			err = s.derivedSnapshot(rctx, c, k, w.tf, w.base)
+		} else if s.o.Live != nil {
+			var cd candle.Candle
+			var ok bool
+			if cd, ok, err = s.o.Live.OpenCandle(rctx, k.symbol, k.tf); err == nil && ok {
 				c.push(k, Update{Candle: cd}, nil)
 			}
+		}
+		cancel()
+		if err != nil {
+			s.log.Warn("open candle snapshot failed", "symbol", k.symbol, "timeframe", k.tf, "err", err)
 		}
 	}
 }

@@ -96,8 +96,9 @@ func recv(t testing.TB, c *websocket.Conn) msg {
 const subBTC = `{"id":1,"method":"SUBSCRIBE","params":[{"symbol":"BTC/USDT","timeframe":"1m"}]}`
 
 // TestStreamSnapshotThenForwardOnly: a subscription is answered with its
-// id, starts with the open candle and then only moves forward: an older
-// window, or an older state of the same window, is never sent.
+// id, starts with the open candle and then each window only moves
+// forward: an older state of a window, an update after its final or its
+// final again is never sent.
 func TestStreamSnapshotThenForwardOnly(t *testing.T) {
 	f := newStream(t, nil)
 	cs := series("BTC/USDT", f.m1, time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).UnixMilli(), 4, 9)
@@ -116,17 +117,17 @@ func TestStreamSnapshotThenForwardOnly(t *testing.T) {
 	older := cs[1]
 	older.Trades = 4
 	f.mem.Active(older) // fewer trades: an older state of the same window
-	f.mem.Add(cs[0])    // a final of an older window (redelivered)
 	newer := cs[1]
 	newer.Trades = 6
 	f.mem.Active(newer)
 	f.mem.Add(newer)    // its final
 	f.mem.Active(older) // after the final: dropped
+	f.mem.Add(newer)    // the final again (redelivered): dropped
 	f.mem.Active(cs[2])
 	// Updates of one window may be coalesced (the writer may not have
 	// sent the first before the next arrives), but whatever arrives moves
-	// forward: never the older window, never fewer trades, never an open
-	// state after the final.
+	// forward: never fewer trades, never an open state after the final,
+	// never a second final.
 	var got []msg
 	for len(got) == 0 || got[len(got)-1].OpenTime != cs[2].OpenTime {
 		got = append(got, recv(t, c))
@@ -134,8 +135,6 @@ func TestStreamSnapshotThenForwardOnly(t *testing.T) {
 	sawFinal := false
 	for _, m := range got {
 		switch {
-		case m.OpenTime == cs[0].OpenTime:
-			t.Fatalf("an older window was sent: %s", m.raw)
 		case m.OpenTime == cs[1].OpenTime && m.Trades != 6:
 			t.Fatalf("an older state of the open window was sent: %s", m.raw)
 		case m.OpenTime == cs[1].OpenTime && sawFinal:
@@ -274,7 +273,7 @@ func TestSlowClientDisconnected(t *testing.T) {
 func TestCoalescing(t *testing.T) {
 	f := newStream(t, nil)
 	cs := series("BTC/USDT", f.m1, 0, 1, 1)
-	cl := &client{h: f.s.hub, pending: map[[2]any]int{}, marks: map[key]mark{}, subs: map[key]bool{{"BTC/USDT", "1m"}: true}, wake: make(chan struct{}, 1)}
+	cl := &client{h: f.s.hub, pending: map[[2]any]int{}, marks: map[key]*marks{}, subs: map[key]bool{{"BTC/USDT", "1m"}: true}, wake: make(chan struct{}, 1)}
 	k := key{"BTC/USDT", "1m"}
 	for tr := int64(1); tr <= 10; tr++ {
 		c := cs[0]
@@ -305,7 +304,7 @@ func TestStreamBadInput(t *testing.T) {
 		{`{"id":3,"method":"SUBSCRIBE"}`, "params"},
 		{`{"id":4,"method":"FLY"}`, "use SUBSCRIBE"},
 		{`{"id":5,"method":"SUBSCRIBE","params":[{"symbol":"NOPE","timeframe":"1m"}]}`, "unknown symbol"},
-		{`{"id":6,"method":"SUBSCRIBE","params":[{"symbol":"A","timeframe":"9m"}]}`, "not served"},
+		{`{"id":6,"method":"SUBSCRIBE","params":[{"symbol":"A","timeframe":"90s"}]}`, "not served"},
 		{`{"id":7,"method":"SUBSCRIBE","params":[{"symbol":"A","timeframe":"1m"},{"symbol":"B","timeframe":"1m"},{"symbol":"C","timeframe":"1m"}]}`, "too many subscriptions"},
 	} {
 		send(t, c, tc.req)
@@ -326,4 +325,112 @@ func TestStreamBadInput(t *testing.T) {
 	mute := dial(t, p.url) // never reads, so never answers a ping
 	_ = mute
 	poll(t, "the mute client dropped", func() bool { return testutil.ToFloat64(p.s.m.dropped.WithLabelValues("ping")) == 1 })
+}
+
+// TestMarksPerWindow: a client's marks keep order per window, for the last
+// markWindows windows of a series: a window's final after the next window
+// opened goes out; fewer trades, anything after a final, and a window
+// older than every one remembered do not.
+func TestMarksPerWindow(t *testing.T) {
+	cs := series("BTC/USDT", tf(t, "1m"), 0, 8, 3)
+	up := func(i int, trades int64, final bool) Update {
+		c := cs[i]
+		c.Trades = trades
+		return Update{Candle: c, Final: final}
+	}
+	var ms marks
+	for n, tc := range []struct {
+		u    Update
+		want bool
+	}{
+		{up(0, 5, false), true},
+		{up(1, 1, false), true},  // the next window opens…
+		{up(0, 6, true), true},   // …then the previous one's final arrives
+		{up(0, 6, false), false}, // after the final
+		{up(0, 6, true), false},  // the final again
+		{up(1, 0, false), false}, // fewer trades than sent
+		{up(1, 1, false), true},  // as many: the same state again
+		{up(2, 1, false), true},
+		{up(3, 1, false), true},
+		{up(4, 1, false), true},  // window 0 is forgotten
+		{up(0, 9, false), false}, // older than every window remembered
+		{up(1, 2, true), true},   // still remembered
+	} {
+		if got := ms.admit(tc.u); got != tc.want {
+			t.Fatalf("step %d (window %d, %d trades, final %v): admitted %v", n, tc.u.Candle.OpenTime, tc.u.Candle.Trades, tc.u.Final, got)
+		}
+		if len(ms) > markWindows {
+			t.Fatalf("%d marks kept", len(ms))
+		}
+	}
+}
+
+// TestDerivedSeries: a derived series folds the sub-candles of each window
+// in the order the pipeline publishes them (a window's final after the
+// next window's first update, a gap candle's final after the next
+// window's update) into the candle combine builds from all of them, final
+// once the whole window's finals are in; it sends nothing before it is
+// seeded, and a window whose first sub-candles it never got is not final.
+func TestDerivedSeries(t *testing.T) {
+	m1, m3 := tf(t, "1m"), tf(t, "3m")
+	cs := series("BTC/USDT", m1, 0, 9, 5)
+	// cs[3], the first of window 1, is a gap candle and cs[4] is not: that
+	// window opens with cs[4]'s update, before cs[3]'s final.
+	px := cs[2].Close
+	cs[3], cs[4] = cs[4], cs[1]
+	cs[3].Open, cs[3].High, cs[3].Low, cs[3].Close = px, px, px, px
+	cs[3].OpenTime, cs[3].CloseTime = cs[2].CloseTime, cs[2].CloseTime+60_000
+	cs[4].OpenTime, cs[4].CloseTime = cs[3].CloseTime, cs[3].CloseTime+60_000
+	d := &derivedSeries{tf: m3}
+	live := func(c candle.Candle) Update { c.Trades--; return Update{Candle: c} }
+	if _, ok := d.add(live(cs[0])); ok {
+		t.Fatal("an unseeded series sent an update")
+	}
+	d.seeded = true
+	last := map[int64]Update{}
+	for i := range cs {
+		var seq []Update
+		if !cs[i].Gap {
+			seq = append(seq, live(cs[i]))
+		}
+		if i > 0 {
+			seq = append(seq, Update{Candle: cs[i-1], Final: true})
+		}
+		for _, u := range seq {
+			if got, ok := d.add(u); ok {
+				if prev, had := last[got.Candle.OpenTime]; had && prev.Final {
+					t.Fatalf("an update after the final of %d", got.Candle.OpenTime)
+				}
+				last[got.Candle.OpenTime] = got
+			}
+		}
+	}
+	if _, ok := d.add(Update{Candle: cs[len(cs)-1], Final: true}); !ok {
+		t.Fatal("the last final changed nothing")
+	}
+	got := d.wins[len(d.wins)-1].update()
+	last[got.Candle.OpenTime] = got
+	want := combine(cs, m3)
+	if len(last) != len(want) {
+		t.Fatalf("%d windows, want %d", len(last), len(want))
+	}
+	for _, w := range want {
+		g := last[w.OpenTime]
+		if !g.Final || !g.Candle.Equal(&w) {
+			t.Fatalf("window %d: got %+v (final %v), want %+v", w.OpenTime, g.Candle, g.Final, w)
+		}
+	}
+	if len(d.wins) > markWindows {
+		t.Fatalf("%d windows kept", len(d.wins))
+	}
+	// A window whose first sub-candle never arrived is sent, not as final.
+	late := series("ETH/USDT", m1, 30*60_000, 3, 6)
+	e := &derivedSeries{tf: m3, seeded: true}
+	var u Update
+	for _, c := range late[1:] {
+		u, _ = e.add(Update{Candle: c, Final: true})
+	}
+	if u.Final || u.Candle.Trades != late[1].Trades+late[2].Trades {
+		t.Fatalf("a window without its first sub-candle: %+v final %v", u.Candle, u.Final)
+	}
 }

@@ -24,8 +24,11 @@ const chromium = "/usr/bin/chromium"
 
 // TestChartPageInBrowser runs the quick start (kandle demo, which serves
 // the chart page) and opens the printed URL in a real headless Chromium:
-// the page loads, draws exactly the candles the API returns, and its last
-// candle moves when a new trade is produced.
+// the page loads, draws exactly the candles the API returns, gap candles
+// among them (the backlog is sparse, so the processor fills silent
+// minutes) flat and grey, its last candle moves when a new trade is
+// produced, and a window's final, which arrives after the next window
+// opened, redraws that older bar.
 func TestChartPageInBrowser(t *testing.T) {
 	if _, err := exec.LookPath(chromium); err != nil {
 		t.Fatalf("%s not found: the chart page test needs Debian's chromium; run scripts/test-deps.sh (or apt-get install chromium)", chromium)
@@ -34,7 +37,7 @@ func TestChartPageInBrowser(t *testing.T) {
 	var out sxBuffer
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		realMain(ctx, []string{"demo", "-serve", "127.0.0.1:0", "-backlog", "20m", "-backlog-trades", "3000", "-rate", "2"}, &out, &out)
+		realMain(ctx, []string{"demo", "-serve", "127.0.0.1:0", "-backlog", "20m", "-backlog-trades", "60", "-rate", "2"}, &out, &out)
 	})
 	defer func() { cancel(); wg.Wait() }()
 
@@ -53,24 +56,38 @@ func TestChartPageInBrowser(t *testing.T) {
 		}
 	}
 	const sym = "BTC-USD"
-	api := func() (n int, newest int64) {
+	// candles returns the API's candles of sym, newest first.
+	type apiCandle struct {
+		OpenTime int64  `json:"open_time"`
+		Open     string `json:"open"`
+		High     string `json:"high"`
+		Low      string `json:"low"`
+		Close    string `json:"close"`
+		Volume   string `json:"volume"`
+		Trades   int64  `json:"trades"`
+		Gap      bool   `json:"gap"`
+		Final    bool   `json:"final"`
+	}
+	candles := func() []apiCandle {
 		resp, err := http.Get(page + "v1/candles?symbol=" + url.QueryEscape(sym) + "&timeframe=1m&limit=1000&order=desc")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		var p struct {
-			Candles []struct {
-				OpenTime int64 `json:"open_time"`
-			} `json:"candles"`
+			Candles []apiCandle `json:"candles"`
 		}
 		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&p) != nil {
+			return nil
+		}
+		return p.Candles
+	}
+	api := func() (n int, newest int64) {
+		cs := candles()
+		if len(cs) == 0 {
 			return 0, 0
 		}
-		if len(p.Candles) == 0 {
-			return 0, 0
-		}
-		return len(p.Candles), p.Candles[0].OpenTime
+		return len(cs), cs[0].OpenTime
 	}
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		if n, _ := api(); n >= 10 {
@@ -104,6 +121,7 @@ func TestChartPageInBrowser(t *testing.T) {
 		VolumeBars int     `json:"volumeBars"`
 		LastVolume float64 `json:"lastVolume"`
 		Legend     string  `json:"legend"`
+		Redrawn    int     `json:"redrawn"`
 		Last       *struct {
 			Time  int64   `json:"time"`
 			High  float64 `json:"high"`
@@ -153,20 +171,58 @@ func TestChartPageInBrowser(t *testing.T) {
 	if s.Panes != 2 || s.VolumeBars != s.Bars || s.LastVolume <= 0 || !strings.Contains(s.Legend, " V ") || !strings.Contains(s.Legend, "VWAP ") {
 		t.Fatalf("volume pane and legend: %+v", s)
 	}
-	// A gap candle is drawn flat and grey, its volume bar grey and empty.
+	// The gap candles the processor made for the silent minutes are drawn
+	// flat and grey at their close, their volume bars grey and empty; the
+	// candles with trades are not grey.
 	type drawn struct {
-		Bar struct {
+		Bar *struct {
 			Open, High, Low, Close float64
 			Color, WickColor       string
 		}
-		Volume struct {
+		Candle *apiCandle
+		Volume *struct {
 			Value float64
 			Color string
 		}
 	}
-	g, err := chromedp.Run(bctx, chromedp.Evaluate[drawn](`window.kandle.draw({open_time: 60000, open: "5", high: "5", low: "5", close: "5", volume: "0", quote_volume: "0", trades: 0, gap: true, vwap: null, final: true})`))
-	if err != nil || g.Bar.Color != "#787b86" || g.Bar.WickColor != "#787b86" || g.Bar.High != g.Bar.Low || g.Volume.Value != 0 || g.Volume.Color != "#787b86" {
-		t.Fatalf("a gap candle is drawn as %+v (%v)", g, err)
+	at := func(openTime int64) drawn {
+		d, err := chromedp.Run(bctx, chromedp.Evaluate[drawn](fmt.Sprintf(`window.kandle.drawn(%d)`, openTime/1000)))
+		if err != nil {
+			t.Fatalf("evaluate: %v", err)
+		}
+		if d.Bar == nil || d.Candle == nil || d.Volume == nil {
+			t.Fatalf("the chart has no bar at %d", openTime)
+		}
+		return d
+	}
+	const grey = "#787b86"
+	gaps, others := 0, 0
+	for _, c := range candles() {
+		if !c.Final {
+			continue
+		}
+		d := at(c.OpenTime)
+		if d.Candle.OpenTime != c.OpenTime || d.Candle.Gap != c.Gap || d.Candle.Close != c.Close {
+			t.Fatalf("the bar at %d holds %+v; the API has %+v", c.OpenTime, *d.Candle, c)
+		}
+		if !c.Gap {
+			others++
+			if d.Bar.Color == grey || d.Volume.Color == grey {
+				t.Fatalf("a candle with trades is drawn grey: %+v %+v", d.Bar, d.Volume)
+			}
+			continue
+		}
+		gaps++
+		if c.Open != c.Close || c.High != c.Close || c.Low != c.Close || c.Volume != "0" || c.Trades != 0 {
+			t.Fatalf("the API's gap candle is not flat: %+v", c)
+		}
+		if d.Bar.Color != grey || d.Bar.WickColor != grey || d.Bar.Open != d.Bar.Close || d.Bar.High != d.Bar.Close ||
+			d.Bar.Low != d.Bar.Close || d.Volume.Value != 0 || d.Volume.Color != grey {
+			t.Fatalf("the gap candle at %d is drawn as %+v, volume %+v", c.OpenTime, d.Bar, d.Volume)
+		}
+	}
+	if gaps == 0 || others == 0 {
+		t.Fatalf("want gap candles and candles with trades among the finals of %s; got %d and %d:\n%s", sym, gaps, others, out.String())
 	}
 	shot(t, bctx, "chart-loaded.png")
 
@@ -192,6 +248,70 @@ func TestChartPageInBrowser(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	shot(t, bctx, "chart-moved.png")
+
+	// When the next minute opens, the spike's window gets its final after
+	// the new window's first update: the chart redraws that older bar
+	// (final, with every trade of the API's candle) instead of dropping it.
+	spikeOpen := s.Last.Time * 1000
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		s = read()
+		var final *apiCandle
+		for _, c := range candles() {
+			if c.OpenTime == spikeOpen && c.Final {
+				final = &c
+			}
+		}
+		if d := at(spikeOpen); final != nil && s.Redrawn > 0 && s.Last.Time*1000 > spikeOpen &&
+			d.Candle.Final && d.Candle.Trades == final.Trades && d.Candle.Close == final.Close && d.Bar.High == spike {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the spike's bar was not redrawn as final: %+v last %+v, bar %+v, API final %+v", s, s.Last, at(spikeOpen).Bar, final)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	shot(t, bctx, "chart-final.png")
+
+	// The timeframe picker offers the timeframes the server builds from
+	// stored ones (the list /v1/timeframes gives); picking one draws what
+	// the API builds.
+	resp, err := http.Get(page + "v1/timeframes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var served struct{ Timeframes, Derived []string }
+	err = json.NewDecoder(resp.Body).Decode(&served)
+	resp.Body.Close()
+	if err != nil || len(served.Derived) == 0 {
+		t.Fatalf("/v1/timeframes: %+v %v", served, err)
+	}
+	picker, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("#timeframe option")).map((o) => o.value)`))
+	if err != nil || strings.Join(picker, ",") != strings.Join(append(served.Timeframes, served.Derived...), ",") {
+		t.Fatalf("the picker offers %v (%v); the server serves %+v", picker, err, served)
+	}
+	pick, before := served.Derived[0], read().Updates
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](fmt.Sprintf(`(() => { const s = document.getElementById("timeframe"); s.value = %q; s.dispatchEvent(new Event("change")); return true; })()`, pick))); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		s = read()
+		resp, err := http.Get(page + "v1/candles?symbol=" + url.QueryEscape(sym) + "&timeframe=" + pick + "&limit=1000&order=desc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Candles []apiCandle }
+		err = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		// Bars as the API builds them, then live updates of the built bar.
+		if err == nil && len(p.Candles) > 0 && s.Bars == len(p.Candles) && s.Last != nil && s.Last.Time*1000 == p.Candles[0].OpenTime && s.Updates > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the chart at %s has %d bars (last %+v, %d updates); the API %d (%v)", pick, s.Bars, s.Last, s.Updates-before, len(p.Candles), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	shot(t, bctx, "chart-derived.png")
 }
 
 // shot saves a screenshot of the page as a test artifact: under

@@ -7,14 +7,14 @@
   const params = new URLSearchParams(location.search);
   const $ = (id) => document.getElementById(id);
   const status = (text, cls) => { $("status").textContent = text; $("status").className = cls || ""; };
-  const state = { symbol: "", timeframe: "", bars: [], cursor: "", loadingOlder: false, ws: null, gen: 0, updates: 0 };
+  const state = { symbol: "", timeframe: "", bars: [], cursor: "", loadingOlder: false, ws: null, gen: 0, updates: 0, redrawn: 0, pageLimit: 1000 };
   // Exposed for tests and the curious: what the chart currently shows.
   window.kandle = { ready: false, bars: 0, updates: 0, last: null, first: null, gaps: 0, error: "" };
 
   async function api(path) {
     const r = await fetch(path, { headers: token ? { Authorization: "Bearer " + token } : {} });
     const body = await r.json();
-    if (!r.ok) throw new Error(body.error || r.statusText);
+    if (!r.ok) throw Object.assign(new Error(body.error || r.statusText), { status: r.status });
     return body;
   }
 
@@ -64,7 +64,7 @@
   function publish() {
     const bars = state.bars;
     Object.assign(window.kandle, {
-      ready: true, symbol: state.symbol, timeframe: state.timeframe, bars: bars.length, updates: state.updates,
+      ready: true, symbol: state.symbol, timeframe: state.timeframe, bars: bars.length, updates: state.updates, redrawn: state.redrawn,
       first: bars[0] || null, last: bars[bars.length - 1] || null, gaps: bars.filter((b) => b.color === GAP).length,
       panes: chart.panes().length, volumeBars: volume.data().length,
       lastVolume: volume.data().length ? volume.data()[volume.data().length - 1].value : null,
@@ -72,8 +72,6 @@
     if (!hovered) legend(bars[bars.length - 1]);
     window.kandle.legend = $("legend").textContent;
   }
-  // For tests: how the page draws a candle and its volume.
-  window.kandle.draw = (c) => { const b = toBar(c); return { bar: b, volume: toVolume(b) }; };
 
   function precisionOf(bars) {
     const p = bars.length ? bars[bars.length - 1].close : 1;
@@ -90,7 +88,18 @@
     const gen = ++state.gen;
     status("loading…");
     try {
-      const res = await api("/v1/candles?" + query() + "&limit=1000&order=desc");
+      // A page of a timeframe built from many stored candles each (1d from
+      // 1m) must be smaller: the server says so with a 400.
+      let res;
+      for (const limit of [1000, 200, 30]) {
+        try {
+          res = await api("/v1/candles?" + query() + "&limit=" + limit + "&order=desc");
+          state.pageLimit = limit;
+          break;
+        } catch (e) {
+          if (e.status !== 400 || limit === 30) throw e;
+        }
+      }
       if (gen !== state.gen) return;
       state.bars = res.candles.reverse().map(toBar);
       state.cursor = res.next_cursor || "";
@@ -112,7 +121,7 @@
     state.loadingOlder = true;
     const gen = state.gen;
     try {
-      const res = await api("/v1/candles?cursor=" + encodeURIComponent(state.cursor) + "&limit=1000");
+      const res = await api("/v1/candles?cursor=" + encodeURIComponent(state.cursor) + "&limit=" + state.pageLimit);
       if (gen !== state.gen) return;
       const more = res.candles.reverse().map(toBar).filter((b) => !state.bars.length || b.time < state.bars[0].time);
       state.cursor = res.next_cursor || "";
@@ -129,18 +138,49 @@
   }
   chart.timeScale().subscribeVisibleLogicalRangeChange((r) => { if (r && r.from < 20) older(); });
 
-  // update applies a stream message; bars never go back in time.
+  // update applies a stream message: the newest bar moves, or a newer one
+  // follows; an older bar on the chart is redrawn in place (a window's
+  // final arrives after the next window opened, and later revisions too).
   function update(m) {
     if (m.symbol !== state.symbol || m.timeframe !== state.timeframe) return;
     const b = toBar(m);
-    const last = state.bars[state.bars.length - 1];
-    if (last && b.time < last.time) return;
-    if (last && b.time === last.time) state.bars[state.bars.length - 1] = b; else state.bars.push(b);
-    series.update(b);
-    volume.update(toVolume(b));
+    const bars = state.bars, last = bars[bars.length - 1];
+    if (!last || b.time > last.time) {
+      bars.push(b);
+      series.update(b);
+      volume.update(toVolume(b));
+    } else {
+      const i = barAt(b.time);
+      if (i < 0) return; // not on the chart (older than its first page)
+      bars[i] = b;
+      series.update(b, true); // historical update: replaces the bar at its time
+      volume.update(toVolume(b), true);
+      if (i < bars.length - 1) state.redrawn++;
+    }
     state.updates++;
     publish();
   }
+
+  // barAt returns the index of the bar at time t, or -1.
+  function barAt(t) {
+    let lo = 0, hi = state.bars.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1, x = state.bars[mid].time;
+      if (x === t) return mid;
+      if (x < t) lo = mid + 1; else hi = mid - 1;
+    }
+    return -1;
+  }
+  // For tests: what the chart's two series hold at a time (seconds): the
+  // candle bar as drawn, the API candle it came from and its volume bar.
+  window.kandle.drawn = (t) => {
+    const i = barAt(t);
+    return {
+      bar: series.data().find((b) => b.time === t) || null,
+      candle: i < 0 ? null : state.bars[i].c,
+      volume: volume.data().find((v) => v.time === t) || null,
+    };
+  };
 
   // subscribe opens the stream (once) and subscribes to the shown series.
   // After a disconnect it reconnects and reloads the newest page: the API
@@ -152,6 +192,7 @@
       if (subscribed) ws.send(JSON.stringify({ id: nextID++, method: "UNSUBSCRIBE", params: [subscribed] }));
       subscribed = { symbol: state.symbol, timeframe: state.timeframe };
       ws.send(JSON.stringify({ id: nextID++, method: "SUBSCRIBE", params: [subscribed] }));
+      status("live", "live");
       return;
     }
     if (ws && ws.readyState === WebSocket.CONNECTING) return;
@@ -174,20 +215,33 @@
     };
   }
 
-  function fill(sel, items, want) {
+  // fill lists items in sel, then each group's items under its label.
+  function fill(sel, items, want, groups) {
     sel.innerHTML = "";
-    for (const it of items) {
+    const add = (parent, it) => {
       const o = document.createElement("option");
       o.value = o.textContent = it;
-      sel.appendChild(o);
+      parent.appendChild(o);
+    };
+    for (const it of items) add(sel, it);
+    let all = items;
+    for (const [label, more] of groups || []) {
+      if (!more || !more.length) continue;
+      const g = document.createElement("optgroup");
+      g.label = label;
+      for (const it of more) add(g, it);
+      sel.appendChild(g);
+      all = all.concat(more);
     }
-    if (want && items.includes(want)) sel.value = want;
+    if (want && all.includes(want)) sel.value = want;
   }
 
   async function start() {
     try {
       const [tfs, syms] = await Promise.all([api("/v1/timeframes"), api("/v1/symbols")]);
-      fill($("timeframe"), tfs.timeframes, params.get("timeframe") || "1m");
+      // Stored timeframes, then those the server builds from them (the
+      // list its UDF config offers too).
+      fill($("timeframe"), tfs.timeframes, params.get("timeframe") || "1m", [["built from stored candles", tfs.derived]]);
       fill($("symbol"), syms.symbols, params.get("symbol"));
       if (params.get("symbol") && !syms.symbols.includes(params.get("symbol"))) {
         fill($("symbol"), [params.get("symbol")].concat(syms.symbols), params.get("symbol"));
