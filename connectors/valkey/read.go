@@ -31,7 +31,14 @@ type Reader struct {
 	mu   sync.Mutex
 	subs map[string]bool        // channels that should be subscribed
 	ded  valkey.DedicatedClient // the pub/sub connection while Run is connected
+	up   chan struct{}          // closed once that connection has subscribed subs; a new one after it drops
 }
+
+// subscribeWait bounds how long Subscribe waits for Run's connection when
+// there is none: the channel stays in the set and is subscribed whenever
+// the connection comes up, but a caller that reads a snapshot next should
+// not race the first messages.
+const subscribeWait = 5 * time.Second
 
 // NewReader connects to the sink's server (same config as the sink) and
 // checks it answers.
@@ -47,7 +54,7 @@ func NewReader(ctx context.Context, cfg Config, log *slog.Logger) (*Reader, erro
 		return nil, err
 	}
 	return &Reader{client: client, names: names{cfg.KeyPrefix}, log: log.With("component", "valkey-reader"),
-		subs: map[string]bool{}}, nil
+		subs: map[string]bool{}, up: make(chan struct{})}, nil
 }
 
 // Close closes the connections.
@@ -135,15 +142,24 @@ func ParseMessage(raw []byte) (Message, error) {
 }
 
 // Subscribe adds the channel of (symbol, tf) to the subscriber's set. It
-// returns once the server has the subscription, or at once (the
-// subscription is made when Run connects) while Run is not connected.
+// returns once the server has the subscription, so a snapshot read next
+// misses no message. While Run is not connected it waits for Run's
+// connection to subscribe the set, at most subscribeWait (the channel stays
+// in the set either way).
 func (r *Reader) Subscribe(ctx context.Context, symbol, tf string) error {
 	ch := r.names.channel(tf, symbol)
 	r.mu.Lock()
 	r.subs[ch] = true
-	ded := r.ded
+	ded, up := r.ded, r.up
 	r.mu.Unlock()
 	if ded == nil {
+		t := time.NewTimer(subscribeWait)
+		defer t.Stop()
+		select {
+		case <-up:
+		case <-t.C:
+		case <-ctx.Done():
+		}
 		return nil
 	}
 	if err := ded.Do(ctx, ded.B().Subscribe().Channel(ch).Build()).Error(); err != nil {
@@ -212,6 +228,11 @@ func (r *Reader) runOnce(ctx context.Context, fn func(Message)) error {
 	defer func() {
 		r.mu.Lock()
 		r.ded = nil
+		select {
+		case <-r.up:
+			r.up = make(chan struct{})
+		default:
+		}
 		r.mu.Unlock()
 	}()
 	if len(chans) > 0 {
@@ -222,6 +243,9 @@ func (r *Reader) runOnce(ctx context.Context, fn func(Message)) error {
 			return fmt.Errorf("valkey: subscribe %d channels: %w", len(chans), err)
 		}
 	}
+	r.mu.Lock()
+	close(r.up)
+	r.mu.Unlock()
 	select {
 	case <-ctx.Done():
 		return nil

@@ -117,3 +117,58 @@ func TestReader(t *testing.T) {
 		return err == nil && n["pub:candle:1m:BTC/USDT"] == 0
 	}, "no subscriber left")
 }
+
+// Subscribe returns only once the server has the subscription, also when it
+// is called before Run's connection is up: a message published right after
+// it returns is delivered (the stream reads its snapshot then, and a final
+// published in a gap would be lost to that client).
+func TestSubscribeReturnsOnceSubscribed(t *testing.T) {
+	srv := testkit.Redis(t)
+	s := newSink(t, srv.Addr, func(c *Config) { c.Coalesce = 0 })
+	ctx := context.Background()
+	for round := range 5 {
+		r, err := NewReader(ctx, DefaultConfig(srv.Addr), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan Message, 16)
+		rctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = r.Run(rctx, func(m Message) { got <- m }) })
+		// Round 0 subscribes before Run can have connected; later rounds
+		// subscribe a second channel on the live connection too.
+		sym := "BTC/USDT"
+		if err := r.Subscribe(ctx, sym, "1m"); err != nil {
+			t.Fatal(err)
+		}
+		if round > 0 {
+			sym = "ETH/USDT"
+			if err := r.Subscribe(ctx, sym, "1m"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ch := "pub:candle:1m:" + sym
+		n, err := s.client.Do(ctx, s.client.B().PubsubNumsub().Channel(ch).Build()).AsIntMap()
+		if err != nil || n[ch] != 1 {
+			t.Fatalf("round %d: right after Subscribe returned, %s has %d subscribers (%v); want 1", round, ch, n[ch], err)
+		}
+		c := candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: 10 * minute, CloseTime: 11 * minute,
+			Open: decimal.MustParse("1"), High: decimal.MustParse("1"), Low: decimal.MustParse("1"), Close: decimal.MustParse("1"),
+			Volume: decimal.MustParseSum("1"), QuoteVolume: decimal.MustParseSum("1"), Trades: int64(round + 1)}
+		s.Active(c)
+		if err := s.FlushActive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-got:
+			if m.Candle.Symbol != sym || m.Candle.Trades != c.Trades {
+				t.Fatalf("round %d: got %s", round, m.Raw)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the update published right after Subscribe never arrived", round)
+		}
+		cancel()
+		wg.Wait()
+		r.Close()
+	}
+}
