@@ -6,7 +6,12 @@ package candle
 //
 //   - open, high and low come from the sub-candles that had trades (a gap
 //     sub-candle has none); close is the last sub-candle's close;
-//   - volume, quote volume and trades are the exact sums of all of them;
+//   - volume, quote volume, trades and the taker buy volumes are the exact
+//     sums of all of them (the taker volumes are present when any
+//     sub-candle has them);
+//   - the first trade id is the first non-gap sub-candle's, the last trade
+//     id the last non-gap sub-candle's (the window's earliest and latest
+//     trades, as direct aggregation finds them);
 //   - a window whose sub-candles are all gaps is a gap candle, flat at its
 //     close (FlattenGap).
 
@@ -16,8 +21,10 @@ package candle
 func Merge(acc, sub *Candle, nonGap bool) bool {
 	v, q := acc.Volume.Add(sub.Volume), acc.QuoteVolume.Add(sub.QuoteVolume) // exact: widen, never fail
 	if !sub.Gap {
+		acc.LastTradeID = sub.LastTradeID
 		if !nonGap {
 			acc.Open, acc.High, acc.Low = sub.Open, sub.High, sub.Low
+			acc.FirstTradeID = sub.FirstTradeID
 			nonGap = true
 		} else {
 			if sub.High.Cmp(acc.High) > 0 {
@@ -30,6 +37,11 @@ func Merge(acc, sub *Candle, nonGap bool) bool {
 	}
 	acc.Close, acc.Volume, acc.QuoteVolume = sub.Close, v, q
 	acc.Trades += sub.Trades
+	if sub.Taker {
+		acc.Taker = true
+		acc.TakerBuyVolume = acc.TakerBuyVolume.Add(sub.TakerBuyVolume)
+		acc.TakerBuyQuoteVolume = acc.TakerBuyQuoteVolume.Add(sub.TakerBuyQuoteVolume)
+	}
 	return nonGap
 }
 
