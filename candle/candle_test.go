@@ -115,7 +115,7 @@ func TestJSONTakerAndIDs(t *testing.T) {
 		Close: decimal.MustParse("1"), Volume: decimal.MustParseSum("0.3"), QuoteVolume: decimal.MustParseSum("0.4"),
 		Trades: 2, Taker: true, TakerBuyVolume: decimal.MustParseSum("0.1"),
 		TakerBuyQuoteVolume: decimal.MustParseSum("0.000000000000000001000000000000000001"),
-		FirstTradeID: "100", LastTradeID: `x"7`}
+		FirstTradeID:        "100", LastTradeID: `x"7`}
 	want := `{"symbol":"BTC","timeframe":"1m","open_time":60000,"close_time":120000,"open":"2","high":"2","low":"1","close":"1",` +
 		`"volume":"0.3","quote_volume":"0.4","taker_buy_base_volume":"0.1","taker_buy_quote_volume":"0.000000000000000001000000000000000001",` +
 		`"trades":2,"first_trade_id":"100","last_trade_id":"x\"7","gap":false}`
