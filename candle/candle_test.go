@@ -159,7 +159,7 @@ func TestMergeTakerAndIDs(t *testing.T) {
 			Taker: true, TakerBuyVolume: s("0.2"), TakerBuyQuoteVolume: s("0.000000000000000000000000000000000001"), FirstTradeID: "11", LastTradeID: "12"},
 		{Open: d("7"), High: d("7"), Low: d("7"), Close: d("7"), Gap: true, Taker: true},
 	}
-	var acc Candle
+	acc := NewWindow("BTC", "5m", 0, 300000)
 	nonGap := false
 	for i := range subs {
 		nonGap = Merge(&acc, &subs[i], nonGap)
@@ -169,7 +169,7 @@ func TestMergeTakerAndIDs(t *testing.T) {
 		acc.FirstTradeID != "10" || acc.LastTradeID != "12" || acc.Gap {
 		t.Fatalf("merged %+v", acc)
 	}
-	var gaps Candle
+	gaps := NewWindow("BTC", "5m", 0, 300000)
 	nonGap = false
 	for _, i := range []int{0, 3} {
 		nonGap = Merge(&gaps, &subs[i], nonGap)
@@ -177,6 +177,16 @@ func TestMergeTakerAndIDs(t *testing.T) {
 	FlattenGap(&gaps, nonGap)
 	if !gaps.Gap || !gaps.Taker || !gaps.TakerBuyVolume.IsZero() || gaps.FirstTradeID != "" || gaps.LastTradeID != "" {
 		t.Fatalf("all-gap merge %+v", gaps)
+	}
+	// One sub-candle without taker volumes (written before the source mapped
+	// its side): the longer candle has none rather than a part.
+	part := NewWindow("BTC", "5m", 0, 300000)
+	old := subs[1]
+	old.Taker, old.TakerBuyVolume, old.TakerBuyQuoteVolume = false, decimal.Sum{}, decimal.Sum{}
+	nonGap = Merge(&part, &old, false)
+	Merge(&part, &subs[2], nonGap)
+	if part.Taker || !part.TakerBuyVolume.IsZero() || part.FirstTradeID != "10" || part.LastTradeID != "12" {
+		t.Fatalf("merge with a sub-candle without taker volumes: %+v", part)
 	}
 }
 
