@@ -52,6 +52,9 @@ type Candle struct {
 	// field): then TakerBuyVolume and TakerBuyQuoteVolume are the exact Σ qty
 	// and Σ price × qty of the trades whose taker bought (zero for a gap
 	// candle), and the JSON carries them; without it they are absent.
+	// encoding/json does not know this rule (it always writes both and
+	// never sets Taker): read and write candles with AppendJSON and
+	// ParseJSON.
 	Taker               bool        `json:"-"`
 	TakerBuyVolume      decimal.Sum `json:"taker_buy_base_volume"`
 	TakerBuyQuoteVolume decimal.Sum `json:"taker_buy_quote_volume"`

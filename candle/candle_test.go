@@ -1,7 +1,6 @@
 package candle
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -126,15 +125,6 @@ func TestJSONTakerAndIDs(t *testing.T) {
 	back, err := ParseJSON(b)
 	if err != nil || !back.Equal(&c) {
 		t.Fatalf("round trip: %+v %v", back, err)
-	}
-	// encoding/json writes and reads the same shape.
-	viaStd, err := json.Marshal(c)
-	if err != nil || string(viaStd) != want {
-		t.Fatalf("json.Marshal = %s, %v", viaStd, err)
-	}
-	var std Candle
-	if err := json.Unmarshal(viaStd, &std); err != nil || !std.Equal(&c) {
-		t.Fatalf("json.Unmarshal = %+v, %v", std, err)
 	}
 	// A gap candle of a series with a side mapping: zero taker volumes, no ids.
 	gap := Candle{Symbol: "BTC", Timeframe: "1m", OpenTime: 60000, CloseTime: 120000, Gap: true, Taker: true}

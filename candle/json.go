@@ -99,7 +99,7 @@ func ParseJSONRaw(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
 // parseGeneral reads any JSON form of a candle with encoding/json (the
 // fallback of parseFast).
 func parseGeneral(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
-	type plain Candle // the fields without Candle's JSON methods
+	type plain Candle
 	var slow struct { // only the fallback pays for its escape to the heap
 		plain
 		// Shadow the embedded fields: present or absent matters.
@@ -125,19 +125,6 @@ func parseGeneral(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
 
 var errTakerPair = errors.New("candle: taker_buy_base_volume and taker_buy_quote_volume come together or not at all")
 
-// MarshalJSON is AppendJSON, so encoding/json writes the same shape
-// (taker volumes only when the series has them).
-func (c Candle) MarshalJSON() ([]byte, error) { return c.AppendJSON(nil), nil }
-
-// UnmarshalJSON is ParseJSON.
-func (c *Candle) UnmarshalJSON(b []byte) error {
-	v, err := ParseJSON(b)
-	if err != nil {
-		return err
-	}
-	*c = v
-	return nil
-}
 
 // checkParsed is what every decoded candle must satisfy; it clears c when
 // it does not.
