@@ -271,53 +271,29 @@ func TestDecodeV1Layout(t *testing.T) {
 }
 
 // Files written before taker volumes and trade ids (the first twelve
-// columns only) still decode, with neither, and the ranged reader reads
-// them too (TestReaderRanges covers the current layout).
-func TestDecodeV2Layout(t *testing.T) {
-	want := gen("OLD")[:3]
-	old := make([]rowV2, len(want))
-	for i, c := range want {
-		old[i] = rowV2{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
-			Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
-			Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap}
-		want[i].Taker, want[i].TakerBuyVolume, want[i].TakerBuyQuoteVolume = false, decimal.Sum{}, decimal.Sum{}
-		want[i].FirstTradeID, want[i].LastTradeID = "", ""
-	}
-	var buf bytes.Buffer
-	if err := parquet.Write(&buf, old); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Decode(buf.Bytes())
-	if err != nil || len(got) != len(want) {
-		t.Fatalf("Decode(v2) = %d candles, %v", len(got), err)
-	}
-	for i := range got {
-		if !got[i].Equal(&want[i]) {
-			t.Fatalf("row %d: got %+v, want %+v", i, got[i], want[i])
-		}
-	}
-}
-
-// The ranged reader (kandle serve) reads a file of the layout before taker
-// volumes and trade ids: candles without either.
-func TestReaderV2Layout(t *testing.T) {
+// columns only) still decode and read (Decode, and the ranged reader of
+// kandle serve), as candles with neither.
+func TestV2Layout(t *testing.T) {
 	ctx := context.Background()
 	var want []candle.Candle
+	var old []rowV2
 	for _, c := range gen("OLD") {
-		if c.Timeframe == "1m" && len(want) < 5 {
-			c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume, c.FirstTradeID, c.LastTradeID = false, decimal.Sum{}, decimal.Sum{}, "", ""
-			want = append(want, c)
+		if c.Timeframe != "1m" || len(want) == 5 {
+			continue
 		}
-	}
-	old := make([]rowV2, len(want))
-	for i, c := range want {
-		old[i] = rowV2{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
+		c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume, c.FirstTradeID, c.LastTradeID = false, decimal.Sum{}, decimal.Sum{}, "", ""
+		want = append(want, c)
+		old = append(old, rowV2{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
 			Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
-			Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap}
+			Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap})
 	}
 	var buf bytes.Buffer
 	if err := parquet.Write(&buf, old); err != nil {
 		t.Fatal(err)
+	}
+	same := func(a, b candle.Candle) bool { return a.Equal(&b) }
+	if got, err := Decode(buf.Bytes()); err != nil || !slices.EqualFunc(got, want, same) {
+		t.Fatalf("Decode(v2) = %+v, %v; want %+v", got, err, want)
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, filepath.FromSlash(PartitionPath("1m", "OLD", want[0].OpenTime)))
@@ -333,7 +309,7 @@ func TestReaderV2Layout(t *testing.T) {
 	}
 	tf, _ := candle.ParseTimeframe("1m", nil)
 	got, err := r.Candles(ctx, "OLD", tf, want[0].OpenTime, want[len(want)-1].CloseTime, 0, false)
-	if err != nil || !slices.EqualFunc(got, want, func(a, b candle.Candle) bool { return a.Equal(&b) }) {
-		t.Fatalf("Reader on the previous layout = %+v, %v; want %+v", got, err, want)
+	if err != nil || !slices.EqualFunc(got, want, same) {
+		t.Fatalf("Reader on the v2 layout = %+v, %v; want %+v", got, err, want)
 	}
 }

@@ -12,8 +12,20 @@ import (
 	"github.com/kandle/kandle/decimal"
 )
 
-// row is one candle as a Parquet row (see the package doc for the types).
+// row is one candle as a Parquet row (see the package doc for the types):
+// the columns of rowV2, then four more, "" when the candle has none (a
+// source without a side, a gap candle's ids).
 type row struct {
+	rowV2
+	TakerBuyBase  string `parquet:"taker_buy_base_volume"`
+	TakerBuyQuote string `parquet:"taker_buy_quote_volume"`
+	FirstTradeID  string `parquet:"first_trade_id"`
+	LastTradeID   string `parquet:"last_trade_id"`
+}
+
+// rowV2 is the layout of files written before taker volumes and trade ids
+// (row's first twelve columns); Decode still reads them.
+type rowV2 struct {
 	Symbol      string   `parquet:"symbol,dict"`
 	Timeframe   string   `parquet:"timeframe,dict"`
 	OpenTime    int64    `parquet:"open_time,timestamp(millisecond:utc)"`
@@ -24,28 +36,6 @@ type row struct {
 	Close       [16]byte `parquet:"close,decimal(18:38)"`
 	Volume      string   `parquet:"volume"`       // exact decimal text: may exceed DECIMAL(38,18)
 	QuoteVolume string   `parquet:"quote_volume"` // exact decimal text, up to 36 places
-	Trades      int64    `parquet:"trades"`
-	Gap         bool     `parquet:"gap"`
-	// "" when the candle has none (a source without a side, a gap candle's ids).
-	TakerBuyBase  string `parquet:"taker_buy_base_volume"`
-	TakerBuyQuote string `parquet:"taker_buy_quote_volume"`
-	FirstTradeID  string `parquet:"first_trade_id"`
-	LastTradeID   string `parquet:"last_trade_id"`
-}
-
-// rowV2 is the layout of files written before taker volumes and trade ids
-// (row without its last four columns); Decode still reads them.
-type rowV2 struct {
-	Symbol      string   `parquet:"symbol,dict"`
-	Timeframe   string   `parquet:"timeframe,dict"`
-	OpenTime    int64    `parquet:"open_time,timestamp(millisecond:utc)"`
-	CloseTime   int64    `parquet:"close_time,timestamp(millisecond:utc)"`
-	Open        [16]byte `parquet:"open,decimal(18:38)"`
-	High        [16]byte `parquet:"high,decimal(18:38)"`
-	Low         [16]byte `parquet:"low,decimal(18:38)"`
-	Close       [16]byte `parquet:"close,decimal(18:38)"`
-	Volume      string   `parquet:"volume"`
-	QuoteVolume string   `parquet:"quote_volume"`
 	Trades      int64    `parquet:"trades"`
 	Gap         bool     `parquet:"gap"`
 }
@@ -81,8 +71,7 @@ func dec128(b [16]byte) decimal.Decimal {
 }
 
 func fromRow(r *row) (candle.Candle, error) {
-	c, err := fromRowV2(&rowV2{Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: r.OpenTime, CloseTime: r.CloseTime,
-		Open: r.Open, High: r.High, Low: r.Low, Close: r.Close, Volume: r.Volume, QuoteVolume: r.QuoteVolume, Trades: r.Trades, Gap: r.Gap})
+	c, err := fromRowV2(&r.rowV2)
 	if err != nil {
 		return c, err
 	}
