@@ -125,7 +125,6 @@ func parseGeneral(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
 
 var errTakerPair = errors.New("candle: taker_buy_base_volume and taker_buy_quote_volume come together or not at all")
 
-
 // checkParsed is what every decoded candle must satisfy; it clears c when
 // it does not.
 func checkParsed(symbol, timeframe []byte, c *Candle) error {

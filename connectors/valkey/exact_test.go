@@ -27,7 +27,7 @@ func TestExactDecimalsReadBack(t *testing.T) {
 			Add(decimal.Product(p("0.000000000000000001"), p("0.000000000000000001"))).Add(decimal.Product(top, top)),
 		Trades: 3, Taker: true, TakerBuyVolume: decimal.SumOf(top).AddDecimal(top),
 		TakerBuyQuoteVolume: decimal.Product(top, top).Add(decimal.Product(p("0.000000000000000001"), p("0.000000000000000001"))),
-		FirstTradeID: "1", LastTradeID: "3"}
+		FirstTradeID:        "1", LastTradeID: "3"}
 	if !c.QuoteVolume.IsWide() || !c.Volume.IsWide() || !c.TakerBuyQuoteVolume.IsWide() {
 		t.Fatal("the test needs wide sums")
 	}
