@@ -161,10 +161,16 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 }
 
 func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
+	if string(w.fid) != w.fidS { // compared without a copy
+		w.fidS = string(w.fid)
+	}
+	if string(w.lid) != w.lidS {
+		w.lidS = string(w.lid)
+	}
 	return candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
 		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n,
 		Taker: w.tk, TakerBuyVolume: w.tbv, TakerBuyQuoteVolume: w.tbq,
-		FirstTradeID: string(w.fid), LastTradeID: string(w.lid)}
+		FirstTradeID: w.fidS, LastTradeID: w.lidS}
 }
 
 func (a *Aggregator) newWindow(open, close int64) *window {

@@ -22,13 +22,17 @@ type window struct {
 	// before sides were kept has not, and reports none).
 	tk       bool
 	tbv, tbq decimal.Sum
-	fid, lid []byte              // ids of the open and close trades (empty: none); reused
-	nums     []uint64            // canonical decimal ids ("123") while they arrive ascending
-	numIDs   map[uint64]struct{} // canonical decimal ids that arrived out of order
-	ids      map[idKey]struct{}  // other short ids, stored inline (no allocation)
-	longIDs  map[string]struct{}
-	unsaved  []byte // ids added since the last Changes, each uvarint length + bytes
-	chunks   uint32 // id chunk entries written for this window
+	fid, lid []byte // ids of the open and close trades (empty: none); reused
+	// fidS and lidS are fid and lid as the strings last handed out in a
+	// candle: the live path (Active) asks again and again, mostly for an
+	// unchanged first id.
+	fidS, lidS string
+	nums       []uint64            // canonical decimal ids ("123") while they arrive ascending
+	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
+	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
+	longIDs    map[string]struct{}
+	unsaved    []byte // ids added since the last Changes, each uvarint length + bytes
+	chunks     uint32 // id chunk entries written for this window
 }
 
 // idKey holds a trade id of up to 31 bytes without a heap allocation.
