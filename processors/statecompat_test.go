@@ -69,14 +69,7 @@ func TestRestoreStateBeforeTakerAndIDs(t *testing.T) {
 		old = binary.AppendVarint(old, v)
 	}
 	old = binary.AppendUvarint(old, 1)
-	for _, v := range []int64{0, 60000, 10000, 10000} {
-		old = binary.AppendVarint(old, v)
-	}
-	for _, s := range []string{"2", "2", "2", "2"} {
-		old = appendDec(old, decimal.MustParse(s))
-	}
-	old = decimal.MustParseSum("1").AppendBinary(old)
-	old = decimal.MustParseSum("2").AppendBinary(old)
+	old = appendOldWindow(old, []int64{0, 60000, 10000, 10000}, [4]string{"2", "2", "2", "2"}, "1", "2")
 	old = binary.AppendUvarint(old, 1)
 	old = binary.AppendUvarint(old, 0)
 	part := []byte{stateVersion, 1 | partWM}
@@ -132,14 +125,7 @@ func TestRestoreStateBeforeTakerAndIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := []byte{stateVersion, 1 | 2 | 4}
-	for _, v := range []int64{60000, 0, 300000} {
-		ro = binary.AppendVarint(ro, v)
-	}
-	for _, s := range []string{"2", "3", "1", "2.5"} {
-		ro = appendDec(ro, decimal.MustParse(s))
-	}
-	ro = decimal.MustParseSum("1.5").AppendBinary(ro)
-	ro = decimal.MustParseSum("3.75").AppendBinary(ro)
+	ro = appendOldWindow(ro, []int64{60000, 0, 300000}, [4]string{"2", "3", "1", "2.5"}, "1.5", "3.75")
 	ro = binary.AppendUvarint(ro, 3)
 	if err := r.Restore(append([]byte{entryKey}, "BTC"...), ro); err != nil {
 		t.Fatalf("restore the previous version's rollup entry: %v", err)
@@ -156,4 +142,17 @@ func TestRestoreStateBeforeTakerAndIDs(t *testing.T) {
 	if c := out.Candles[0]; c.Taker || c.Volume.String() != "2.5" || c.Trades != 4 || c.FirstTradeID != "" || c.LastTradeID != "7" {
 		t.Errorf("rolled up from the previous version's entry: %s", c.AppendJSON(nil))
 	}
+}
+
+// appendOldWindow appends a window as the previous version wrote it: the
+// varints, then open, high, low, close and the volume and quote volume sums.
+func appendOldWindow(b []byte, varints []int64, ohlc [4]string, v, q string) []byte {
+	for _, x := range varints {
+		b = binary.AppendVarint(b, x)
+	}
+	for _, p := range ohlc {
+		b = appendDec(b, decimal.MustParse(p))
+	}
+	b = decimal.MustParseSum(v).AppendBinary(b)
+	return decimal.MustParseSum(q).AppendBinary(b)
 }
