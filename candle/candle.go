@@ -18,7 +18,19 @@ type Trade struct {
 	Price decimal.Decimal
 	Qty   decimal.Decimal
 	ID    string // trade id without JSON quotes; "" when the record has none
+	// Side is the aggressor (taker) side: SideBuy, SideSell, or SideNone
+	// when the source maps no side field.
+	Side Side
 }
+
+// Side is which side of a trade took liquidity (the taker, or aggressor).
+type Side uint8
+
+const (
+	SideNone Side = iota // the source has no side mapping
+	SideBuy              // the taker bought (the buyer was not the maker)
+	SideSell             // the taker sold (the buyer was the maker)
+)
 
 // Candle is one OHLCV window of one key. OpenTime is inclusive, CloseTime
 // exclusive (Unix ms). A gap candle had no trades: OHLC repeat the previous
@@ -36,6 +48,22 @@ type Candle struct {
 	QuoteVolume decimal.Sum     `json:"quote_volume"` // Σ price × qty, exact (up to 36 places)
 	Trades      int64           `json:"trades"`
 	Gap         bool            `json:"gap"`
+	// Taker says the series has an aggressor side (its source maps a side
+	// field): then TakerBuyVolume and TakerBuyQuoteVolume are the exact Σ qty
+	// and Σ price × qty of the trades whose taker bought (zero for a gap
+	// candle), and the JSON carries them; without it they are absent.
+	// encoding/json does not know this rule (it always writes both and
+	// never sets Taker): read and write candles with AppendJSON and
+	// ParseJSON.
+	Taker               bool        `json:"-"`
+	TakerBuyVolume      decimal.Sum `json:"taker_buy_base_volume"`
+	TakerBuyQuoteVolume decimal.Sum `json:"taker_buy_quote_volume"`
+	// FirstTradeID and LastTradeID are the ids of the window's open and
+	// close trades (the earliest and latest by event time, ties by arrival
+	// like open and close); "" (absent from the JSON) when that trade
+	// carried no id, the source maps none, or the candle is a gap.
+	FirstTradeID string `json:"first_trade_id,omitempty"`
+	LastTradeID  string `json:"last_trade_id,omitempty"`
 }
 
 // Equal reports whether a and b are the same candle, comparing decimals as
@@ -44,5 +72,7 @@ func (a *Candle) Equal(b *Candle) bool {
 	return a.Symbol == b.Symbol && a.Timeframe == b.Timeframe && a.OpenTime == b.OpenTime &&
 		a.CloseTime == b.CloseTime && a.Open == b.Open && a.High == b.High && a.Low == b.Low &&
 		a.Close == b.Close && a.Volume.Equal(b.Volume) && a.QuoteVolume.Equal(b.QuoteVolume) &&
-		a.Trades == b.Trades && a.Gap == b.Gap
+		a.Trades == b.Trades && a.Gap == b.Gap && a.Taker == b.Taker &&
+		a.TakerBuyVolume.Equal(b.TakerBuyVolume) && a.TakerBuyQuoteVolume.Equal(b.TakerBuyQuoteVolume) &&
+		a.FirstTradeID == b.FirstTradeID && a.LastTradeID == b.LastTradeID
 }

@@ -106,6 +106,80 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 }
 
+// The taker volumes and trade ids are written when the series has them and
+// read back exactly; a candle without them writes none of their members.
+func TestJSONTakerAndIDs(t *testing.T) {
+	c := Candle{Symbol: "BTC", Timeframe: "1m", OpenTime: 60000, CloseTime: 120000,
+		Open: decimal.MustParse("2"), High: decimal.MustParse("2"), Low: decimal.MustParse("1"),
+		Close: decimal.MustParse("1"), Volume: decimal.MustParseSum("0.3"), QuoteVolume: decimal.MustParseSum("0.4"),
+		Trades: 2, Taker: true, TakerBuyVolume: decimal.MustParseSum("0.1"),
+		TakerBuyQuoteVolume: decimal.MustParseSum("0.000000000000000001000000000000000001"),
+		FirstTradeID:        "100", LastTradeID: `x"7`}
+	want := `{"symbol":"BTC","timeframe":"1m","open_time":60000,"close_time":120000,"open":"2","high":"2","low":"1","close":"1",` +
+		`"volume":"0.3","quote_volume":"0.4","taker_buy_base_volume":"0.1","taker_buy_quote_volume":"0.000000000000000001000000000000000001",` +
+		`"trades":2,"first_trade_id":"100","last_trade_id":"x\"7","gap":false}`
+	b := c.AppendJSON(nil)
+	if string(b) != want {
+		t.Fatalf("got  %s\nwant %s", b, want)
+	}
+	back, err := ParseJSON(b)
+	if err != nil || !back.Equal(&c) {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	// A gap candle of a series with a side mapping: zero taker volumes, no ids.
+	gap := Candle{Symbol: "BTC", Timeframe: "1m", OpenTime: 60000, CloseTime: 120000, Gap: true, Taker: true}
+	if got := string(gap.AppendJSON(nil)); !strings.Contains(got, `"taker_buy_base_volume":"0","taker_buy_quote_volume":"0"`) || strings.Contains(got, "trade_id") {
+		t.Fatalf("gap candle JSON %s", got)
+	}
+	plain := Candle{Symbol: "BTC", Timeframe: "1m", OpenTime: 60000, CloseTime: 120000}
+	if got := string(plain.AppendJSON(nil)); strings.Contains(got, "taker") || strings.Contains(got, "trade_id") {
+		t.Fatalf("candle without a side mapping or ids: %s", got)
+	}
+}
+
+// Merge sums the taker volumes exactly and takes the first id of the first
+// non-gap sub-candle and the last id of the last non-gap one.
+func TestMergeTakerAndIDs(t *testing.T) {
+	d, s := decimal.MustParse, decimal.MustParseSum
+	subs := []Candle{
+		{Open: d("5"), High: d("5"), Low: d("5"), Close: d("5"), Gap: true, Taker: true},
+		{Open: d("5"), High: d("6"), Low: d("4"), Close: d("6"), Volume: s("0.1"), QuoteVolume: s("0.6"), Trades: 1,
+			Taker: true, TakerBuyVolume: s("0.1"), TakerBuyQuoteVolume: s("0.6"), FirstTradeID: "10", LastTradeID: "10"},
+		{Open: d("6"), High: d("7"), Low: d("6"), Close: d("7"), Volume: s("0.2"), QuoteVolume: s("1.3"), Trades: 2,
+			Taker: true, TakerBuyVolume: s("0.2"), TakerBuyQuoteVolume: s("0.000000000000000000000000000000000001"), FirstTradeID: "11", LastTradeID: "12"},
+		{Open: d("7"), High: d("7"), Low: d("7"), Close: d("7"), Gap: true, Taker: true},
+	}
+	acc := NewWindow("BTC", "5m", 0, 300000)
+	nonGap := false
+	for i := range subs {
+		nonGap = Merge(&acc, &subs[i], nonGap)
+	}
+	FlattenGap(&acc, nonGap)
+	if !acc.Taker || acc.TakerBuyVolume.String() != "0.3" || acc.TakerBuyQuoteVolume.String() != "0.600000000000000000000000000000000001" ||
+		acc.FirstTradeID != "10" || acc.LastTradeID != "12" || acc.Gap {
+		t.Fatalf("merged %+v", acc)
+	}
+	gaps := NewWindow("BTC", "5m", 0, 300000)
+	nonGap = false
+	for _, i := range []int{0, 3} {
+		nonGap = Merge(&gaps, &subs[i], nonGap)
+	}
+	FlattenGap(&gaps, nonGap)
+	if !gaps.Gap || !gaps.Taker || !gaps.TakerBuyVolume.IsZero() || gaps.FirstTradeID != "" || gaps.LastTradeID != "" {
+		t.Fatalf("all-gap merge %+v", gaps)
+	}
+	// One sub-candle without taker volumes (written before the source mapped
+	// its side): the longer candle has none rather than a part.
+	part := NewWindow("BTC", "5m", 0, 300000)
+	old := subs[1]
+	old.Taker, old.TakerBuyVolume, old.TakerBuyQuoteVolume = false, decimal.Sum{}, decimal.Sum{}
+	nonGap = Merge(&part, &old, false)
+	Merge(&part, &subs[2], nonGap)
+	if part.Taker || !part.TakerBuyVolume.IsZero() || part.FirstTradeID != "10" || part.LastTradeID != "12" {
+		t.Fatalf("merge with a sub-candle without taker volumes: %+v", part)
+	}
+}
+
 func TestParseEventTime(t *testing.T) {
 	if v, err := ParseEventTime([]byte("1700000000123"), false); err != nil || v != 1700000000123 {
 		t.Fatal(v, err)

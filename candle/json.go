@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // AppendJSON appends c as one JSON object (the wire format of output topics),
@@ -17,7 +18,16 @@ func (c *Candle) AppendJSON(b []byte) []byte {
 	// One allocation for the whole object: the member names and punctuation
 	// take 171 bytes, two epoch-ms times 26, and a decimal of up to 20 digits
 	// in all (most prices and volumes) fits in 21 bytes. Larger ones grow it.
-	b = slices.Grow(b, 171+26+6*21+len(c.Symbol)+2+len(c.Timeframe))
+	// The optional taker volumes take 55 bytes of names and two decimals,
+	// the trade ids 38 bytes of names and their text.
+	n := 171 + 26 + 6*21 + len(c.Symbol) + 2 + len(c.Timeframe)
+	if c.Taker {
+		n += 55 + 2*21
+	}
+	if c.FirstTradeID != "" || c.LastTradeID != "" {
+		n += 38 + len(c.FirstTradeID) + len(c.LastTradeID)
+	}
+	b = slices.Grow(b, n)
 	b = append(b, `{"symbol":`...)
 	b = AppendJSONString(b, c.Symbol)
 	b = append(b, `,"timeframe":`...)
@@ -32,8 +42,18 @@ func (c *Candle) AppendJSON(b []byte) []byte {
 	b = appendDec(b, `","close":"`, c.Close)
 	b = c.Volume.Append(append(b, `","volume":"`...))
 	b = c.QuoteVolume.Append(append(b, `","quote_volume":"`...))
+	if c.Taker {
+		b = c.TakerBuyVolume.Append(append(b, `","taker_buy_base_volume":"`...))
+		b = c.TakerBuyQuoteVolume.Append(append(b, `","taker_buy_quote_volume":"`...))
+	}
 	b = append(b, `","trades":`...)
 	b = strconv.AppendInt(b, c.Trades, 10)
+	if c.FirstTradeID != "" {
+		b = AppendJSONString(append(b, `,"first_trade_id":`...), c.FirstTradeID)
+	}
+	if c.LastTradeID != "" {
+		b = AppendJSONString(append(b, `,"last_trade_id":`...), c.LastTradeID)
+	}
 	b = append(b, `,"gap":`...)
 	b = strconv.AppendBool(b, c.Gap)
 	return append(b, '}')
@@ -79,16 +99,31 @@ func ParseJSONRaw(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
 // parseGeneral reads any JSON form of a candle with encoding/json (the
 // fallback of parseFast).
 func parseGeneral(b []byte, c *Candle) (symbol, timeframe []byte, err error) {
-	var slow Candle // only the fallback pays for its escape to the heap
+	type plain Candle
+	var slow struct { // only the fallback pays for its escape to the heap
+		plain
+		// Shadow the embedded fields: present or absent matters.
+		TakerBuyVolume      *decimal.Sum `json:"taker_buy_base_volume"`
+		TakerBuyQuoteVolume *decimal.Sum `json:"taker_buy_quote_volume"`
+	}
 	if err := json.Unmarshal(b, &slow); err != nil {
 		*c = Candle{}
 		return nil, nil, err
 	}
+	if (slow.TakerBuyVolume == nil) != (slow.TakerBuyQuoteVolume == nil) {
+		*c = Candle{}
+		return nil, nil, errTakerPair
+	}
 	symbol, timeframe = []byte(slow.Symbol), []byte(slow.Timeframe)
 	slow.Symbol, slow.Timeframe = "", ""
-	*c = slow
+	*c = Candle(slow.plain)
+	if slow.TakerBuyVolume != nil {
+		c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume = true, *slow.TakerBuyVolume, *slow.TakerBuyQuoteVolume
+	}
 	return symbol, timeframe, nil
 }
+
+var errTakerPair = errors.New("candle: taker_buy_base_volume and taker_buy_quote_volume come together or not at all")
 
 // checkParsed is what every decoded candle must satisfy; it clears c when
 // it does not.
@@ -111,6 +146,7 @@ func checkParsed(symbol, timeframe []byte, c *Candle) error {
 // false for any other shape; c is then partly written.
 func parseFast(b []byte, c *Candle) (symbol, timeframe []byte, ok bool) {
 	*c = Candle{}
+	var taker uint8 // bit 1: taker_buy_base_volume seen, bit 2: taker_buy_quote_volume
 	i := 0
 	if len(b) < 2 || b[0] != '{' {
 		return nil, nil, false
@@ -180,6 +216,20 @@ func parseFast(b []byte, c *Candle) (symbol, timeframe []byte, ok bool) {
 			c.QuoteVolume, err = decimal.ParseSum(val)
 		case "trades":
 			c.Trades, err = strconv.ParseInt(string(val), 10, 64)
+		case "taker_buy_base_volume":
+			c.TakerBuyVolume, err = decimal.ParseSum(val)
+			taker |= 1
+			ok = quoted
+		case "taker_buy_quote_volume":
+			c.TakerBuyQuoteVolume, err = decimal.ParseSum(val)
+			taker |= 2
+			ok = quoted
+		case "first_trade_id":
+			c.FirstTradeID = string(val)
+			ok = quoted && utf8.Valid(val) // else encoding/json's replacement rules apply
+		case "last_trade_id":
+			c.LastTradeID = string(val)
+			ok = quoted && utf8.Valid(val)
 		case "gap":
 			switch string(val) {
 			case "true":
@@ -203,6 +253,10 @@ func parseFast(b []byte, c *Candle) (symbol, timeframe []byte, ok bool) {
 		case ',':
 			i++
 		case '}':
+			if taker != 0 && taker != 3 {
+				return nil, nil, false // the general path says why
+			}
+			c.Taker = taker == 3
 			return symbol, timeframe, i == len(b)-1
 		default:
 			return nil, nil, false

@@ -109,7 +109,7 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 func decoderConfig(src *topology.Source) processors.DecoderConfig {
 	f := src.Fields
 	return processors.DecoderConfig{
-		Fields:         processors.Fields{Key: f.Key, Time: f.Time, Price: f.Price, Qty: f.Qty, ID: f.ID},
+		Fields:         processors.Fields{Key: f.Key, Time: f.Time, Price: f.Price, Qty: f.Qty, ID: f.ID, Side: f.Side, BuyerMaker: f.BuyerMaker},
 		Symbols:        src.Symbols,
 		MaxRecordBytes: src.MaxRecordBytes,
 		KeyCheck:       src.KeyCheck,

@@ -28,8 +28,9 @@ const (
 	slabBytes   = 64 << 10
 	// candleReserve is the room kept for one candle's JSON beyond its
 	// names: AppendJSON's own estimate with decimals of up to 20 digits is
-	// ~330 bytes; a longer candle still fits, it just grows on its own.
-	candleReserve = 512
+	// ~330 bytes, ~430 with taker volumes and ~470 with trade ids too; a
+	// longer candle still fits, it just grows on its own.
+	candleReserve = 640
 )
 
 // record returns a zero record that no one else holds.

@@ -60,6 +60,7 @@ type Aggregator struct {
 	stateLateness         int64 // ms: see CandleConfig.StateLateness
 	dedupe, gapFill, live bool
 	keyCheck              bool
+	side                  bool // the decoder maps an aggressor side: candles carry taker volumes
 	dec                   *Decoder
 	clock                 Clock
 	rollups               []candle.Timeframe
@@ -176,7 +177,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		lateness: cfg.Lateness.Milliseconds(), maxFuture: cfg.MaxFuture.Milliseconds(),
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
-		keyCheck: cfg.Decoder.cfg.KeyCheck, rollups: slices.Clone(cfg.Rollups),
+		keyCheck: cfg.Decoder.cfg.KeyCheck, side: cfg.Decoder.HasSide(), rollups: slices.Clone(cfg.Rollups),
 		dec: cfg.Decoder, clock: clock,
 		keys: newTable[*keyState](), finals: newFinals(),
 	}, nil
@@ -276,6 +277,7 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 	k.admitted = true
 	if w == nil {
 		w = a.newWindow(open, close)
+		w.tk = a.side
 		if hint := k.sizeHint(); checkID && cap(w.nums) < hint && idIsNum {
 			// Size the id list like the key's last window, with room for a
 			// busier one: no regrowth per trade, and a recycled window's list
@@ -284,7 +286,7 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		}
 		k.insert(w)
 	}
-	w.add(t, v, q)
+	w.add(t, v, q, quote)
 	switch {
 	case checkID && fresh: // above every id of w too: no look at w's ids
 		w.appendNum(t.ID, idNum)

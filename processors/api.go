@@ -18,13 +18,16 @@ const (
 	ReasonInvalidPrice  Reason = "invalid_price"
 	ReasonInvalidQty    Reason = "invalid_qty"
 	ReasonInvalidTS     Reason = "invalid_ts"
-	ReasonOversized     Reason = "oversized"
-	ReasonUnknownKey    Reason = "unknown_key"
-	ReasonKeyMismatch   Reason = "key_mismatch"
-	ReasonInvalidKey    Reason = "invalid_key" // invalid UTF-8 or a control character in the key
-	ReasonLate          Reason = "late"
-	ReasonDuplicate     Reason = "duplicate"
-	ReasonFuture        Reason = "future"
+	// ReasonInvalidSide: the source maps an aggressor side field and the
+	// record's value is neither side (see Fields.Side, Fields.BuyerMaker).
+	ReasonInvalidSide Reason = "invalid_side"
+	ReasonOversized   Reason = "oversized"
+	ReasonUnknownKey  Reason = "unknown_key"
+	ReasonKeyMismatch Reason = "key_mismatch"
+	ReasonInvalidKey  Reason = "invalid_key" // invalid UTF-8 or a control character in the key
+	ReasonLate        Reason = "late"
+	ReasonDuplicate   Reason = "duplicate"
+	ReasonFuture      Reason = "future"
 	// ReasonInternalError: the processor panicked on the record twice; the
 	// engine skips it so that one record cannot stop its partition.
 	ReasonInternalError Reason = "internal_error"
@@ -32,7 +35,7 @@ const (
 
 // Reasons lists every reason code (for metrics and docs).
 var Reasons = []Reason{ReasonMalformedJSON, ReasonNotObject, ReasonMissingField, ReasonInvalidPrice,
-	ReasonInvalidQty, ReasonInvalidTS, ReasonOversized, ReasonUnknownKey, ReasonInvalidKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture,
+	ReasonInvalidQty, ReasonInvalidTS, ReasonInvalidSide, ReasonOversized, ReasonUnknownKey, ReasonInvalidKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture,
 	ReasonInternalError}
 
 // Record is one input record and where it came from.

@@ -25,7 +25,12 @@ import (
 //	config timeframe=1m lateness=0s [gap_fill] [dedupe] [live] [max_future=5s]
 //	       [idle_timeout=30s] [max_idle=3m] [zone=Asia/Seoul] [symbols=(A,B)]
 //	       [max_bytes=N] [now=HH:MM:SS] [no_qty] [no_id] [key=s time=t price=p qty=q id=i]
-//	       [key_check] [rollups=(5m,1h)]
+//	       [key_check] [rollups=(5m,1h)] [side=x | buyer_maker=m]
+//
+// A candle prints "tb=… tq=…" (taker buy base and quote volume) when its
+// series has a side mapping and "ids=FIRST..LAST" when it has trade ids
+// ("-": that one has none); rollup input lines take the same.
+//
 //	rollup from=1m to=5m [zone=…]
 //	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record;
 //	                    "k=KEY " sets the record key ("k=<nil>": none), default the key field's value
@@ -272,6 +277,7 @@ func (h *ddHarness) aggregator(t *testing.T, d *datadriven.TestData, args map[st
 	if flag("no_id") {
 		f.ID = ""
 	}
+	f.Side, f.BuyerMaker = args["side"], args["buyer_maker"]
 	dc := DecoderConfig{Fields: f}
 	if s, ok := args["symbols"]; ok {
 		dc.Symbols = strings.Split(s, ",")
@@ -345,6 +351,14 @@ func (h *ddHarness) candleJSON(t *testing.T, d *datadriven.TestData, line string
 			c.QuoteVolume = sum()
 		case "n":
 			c.Trades, _ = strconv.ParseInt(v, 10, 64)
+		case "tb":
+			c.Taker, c.TakerBuyVolume = true, sum()
+		case "tq":
+			c.Taker, c.TakerBuyQuoteVolume = true, sum()
+		case "ids":
+			c.FirstTradeID, c.LastTradeID, _ = strings.Cut(v, "..")
+			c.FirstTradeID = strings.TrimPrefix(c.FirstTradeID, "-") // "-": none
+			c.LastTradeID = strings.TrimPrefix(c.LastTradeID, "-")
 		case "gap":
 			c.Gap = true
 		}

@@ -13,7 +13,20 @@ import (
 // Fields names the JSON members a trade is read from. A dotted path such as
 // "data.p" reaches into nested objects. Qty "" means every trade has qty 1;
 // ID "" means records carry no trade id (nothing is ever a duplicate).
-type Fields struct{ Key, Time, Price, Qty, ID string }
+//
+// The aggressor (taker) side comes from at most one of two fields; with
+// neither, trades have no side (candle.SideNone) and candles no taker
+// volumes:
+//   - Side holds "buy" (the taker bought) or "sell" (the taker sold), in
+//     any ASCII letter case ("BUY", "Sell") and nothing else: no spaces, no
+//     abbreviations;
+//   - BuyerMaker holds the JSON boolean "the buyer was the maker": true
+//     means the taker sold, false that the taker bought (strings "true" or
+//     numbers are not booleans).
+//
+// A record without the mapped field is rejected missing_field; one whose
+// value is not one of these is rejected invalid_side.
+type Fields struct{ Key, Time, Price, Qty, ID, Side, BuyerMaker string }
 
 // DecoderConfig configures a Decoder.
 type DecoderConfig struct {
@@ -34,6 +47,8 @@ const (
 	fPrice
 	fQty
 	fID
+	fSide
+	fMaker
 	numFields
 )
 
@@ -69,8 +84,11 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 			return nil, fmt.Errorf("decoder: the %s field name is empty: set fields.%s in the topology", req.what, req.what)
 		}
 	}
+	if f.Side != "" && f.BuyerMaker != "" {
+		return nil, fmt.Errorf("decoder: fields.side (%q) and fields.buyer_maker (%q) are both set: map the aggressor side from one of them", f.Side, f.BuyerMaker)
+	}
 	d := &Decoder{cfg: cfg, keys: newTable[struct{}](), one: decimal.FromInt(1), root: &pathLevel{}}
-	d.names = [numFields]string{f.Key, f.Time, f.Price, f.Qty, f.ID}
+	d.names = [numFields]string{f.Key, f.Time, f.Price, f.Qty, f.ID, f.Side, f.BuyerMaker}
 	for i, path := range d.names {
 		if path == "" {
 			continue
@@ -177,7 +195,7 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 	if len(kb) == 0 {
 		return nil, d.fail(Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])})
 	}
-	for _, f := range [...]int{fTime, fPrice, fQty} {
+	for _, f := range [...]int{fTime, fPrice, fQty, fSide, fMaker} {
 		if d.names[f] != "" && (c[f].kind == kindNone || c[f].kind == kindNull) {
 			return nil, d.fail(Rejection{Reason: ReasonMissingField, Key: string(kb), Detail: fmt.Sprintf("field %q is missing", d.names[f])})
 		}
@@ -216,8 +234,14 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 			return nil, d.fail(Rejection{Reason: ReasonInvalidQty, Key: rawKey(), Detail: detail})
 		}
 	}
+	side := candle.SideNone
+	if d.hasSide() {
+		if side, detail = d.side(value); detail != "" {
+			return nil, d.fail(Rejection{Reason: ReasonInvalidSide, Key: rawKey(), Detail: detail})
+		}
+	}
 	q, fast := pf.mul(qf) // a zero mant (not parsed fast) never takes this path
-	t.TS, t.Price, t.Qty = ts, price, qty
+	t.TS, t.Price, t.Qty, t.Side = ts, price, qty, side
 	if !fast || pf.mant == 0 || qf.mant == 0 {
 		// Exact whatever its size: widens when it needs more than 18 places.
 		*quote = decimal.Product(price, qty)
@@ -225,6 +249,47 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 		*quote = decimal.SumOf(q)
 	}
 	return kb, true
+}
+
+// HasSide reports whether the decoder maps an aggressor side (fields.side
+// or fields.buyer_maker): its trades then carry one, and candles their
+// taker buy volumes.
+func (d *Decoder) HasSide() bool { return d.hasSide() }
+
+func (d *Decoder) hasSide() bool { return d.names[fSide] != "" || d.names[fMaker] != "" }
+
+// side reads the aggressor side of the record just scanned (the field was
+// found: scan checked). A non-empty detail says why the value is neither.
+func (d *Decoder) side(value []byte) (candle.Side, string) {
+	if d.names[fMaker] != "" {
+		switch d.caps[fMaker].kind {
+		case kindTrue: // the buyer made the book: the taker sold
+			return candle.SideSell, ""
+		case kindFalse:
+			return candle.SideBuy, ""
+		}
+		sp := d.caps[fMaker]
+		if sp.kind == kindString || sp.kind == kindEsc {
+			sp.start, sp.end = sp.start-1, sp.end+1 // show its quotes: "true" is not true
+		}
+		return candle.SideNone, fmt.Sprintf("field %q is %s: it must be the JSON boolean true (the buyer was the maker: the taker sold) or false (the taker bought)",
+			d.names[fMaker], strings.ToValidUTF8(string(value[sp.start:sp.end]), "\uFFFD"))
+	}
+	sp := d.caps[fSide]
+	raw := value[sp.start:sp.end]
+	if sp.kind == kindEsc { // "b\u0075y" is "buy"
+		d.tsBuf = unescape(d.tsBuf[:0], raw)
+		raw, sp.kind = d.tsBuf, kindString
+	}
+	if sp.kind == kindString {
+		switch {
+		case len(raw) == 3 && raw[0]|0x20 == 'b' && raw[1]|0x20 == 'u' && raw[2]|0x20 == 'y':
+			return candle.SideBuy, ""
+		case len(raw) == 4 && raw[0]|0x20 == 's' && raw[1]|0x20 == 'e' && raw[2]|0x20 == 'l' && raw[3]|0x20 == 'l':
+			return candle.SideSell, ""
+		}
+	}
+	return candle.SideNone, fmt.Sprintf("field %q = %q must be \"buy\" or \"sell\" (any letter case)", d.names[fSide], raw)
 }
 
 // scanGeneral validates value with the general scanner and fills d.caps;

@@ -119,3 +119,17 @@ func TestDecoderConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// The aggressor side comes from one field: a decoder with both refuses to build.
+func TestDecoderOneSideField(t *testing.T) {
+	_, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "s", Time: "t", Price: "p", Side: "side", BuyerMaker: "m"}})
+	if err == nil {
+		t.Fatal("NewDecoder accepted both fields.side and fields.buyer_maker")
+	}
+	for _, f := range []Fields{{Key: "s", Time: "t", Price: "p"}, {Key: "s", Time: "t", Price: "p", Side: "side"}, {Key: "s", Time: "t", Price: "p", BuyerMaker: "m"}} {
+		d, err := NewDecoder(DecoderConfig{Fields: f})
+		if err != nil || d.HasSide() != (f.Side != "" || f.BuyerMaker != "") {
+			t.Fatalf("%+v: HasSide %v, %v", f, d != nil && d.HasSide(), err)
+		}
+	}
+}

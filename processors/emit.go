@@ -56,7 +56,8 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 			a.checkFinal(k.key, k.nextOpen, k.nextClose)
 		}
 		out.Candles = append(out.Candles, candle.Candle{Symbol: k.key, Timeframe: a.tfName,
-			OpenTime: k.nextOpen, CloseTime: k.nextClose, Open: c, High: c, Low: c, Close: c, Gap: true})
+			OpenTime: k.nextOpen, CloseTime: k.nextClose, Open: c, High: c, Low: c, Close: c, Gap: true,
+			Taker: a.side}) // zero taker volumes when the series has a side; no trade ids
 	}
 	k.nextOpen = k.nextClose
 	k.nextClose = a.tf.End(k.nextOpen)
@@ -160,8 +161,16 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 }
 
 func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
+	if string(w.fid) != w.fidS { // compared without a copy
+		w.fidS = string(w.fid)
+	}
+	if string(w.lid) != w.lidS {
+		w.lidS = string(w.lid)
+	}
 	return candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
-		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n}
+		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n,
+		Taker: w.tk, TakerBuyVolume: w.tbv, TakerBuyQuoteVolume: w.tbq,
+		FirstTradeID: w.fidS, LastTradeID: w.lidS}
 }
 
 func (a *Aggregator) newWindow(open, close int64) *window {

@@ -43,7 +43,7 @@ func ExampleAggregator() {
 	agg.Changes(func(key, val []byte) { entries++ }) // write these with the offset, atomically
 	fmt.Println(entries > 0)
 	// Output:
-	// {"symbol":"BTCUSDT","timeframe":"1m","open_time":1704103200000,"close_time":1704103260000,"open":"42000.1","high":"42010","low":"42000.1","close":"42010","volume":"0.75","quote_volume":"31502.55","trades":2,"gap":false}
+	// {"symbol":"BTCUSDT","timeframe":"1m","open_time":1704103200000,"close_time":1704103260000,"open":"42000.1","high":"42010","low":"42000.1","close":"42010","volume":"0.75","quote_volume":"31502.55","trades":2,"first_trade_id":"1","last_trade_id":"2","gap":false}
 	// {"symbol":"BTCUSDT","timeframe":"1m","open_time":1704103260000,"close_time":1704103320000,"open":"42010","high":"42010","low":"42010","close":"42010","volume":"0","quote_volume":"0","trades":0,"gap":true}
 	// duplicate 2
 	// true

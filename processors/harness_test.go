@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -91,6 +92,12 @@ func fmtCandle(c *candle.Candle) string {
 		fmt.Fprintf(&b, " (%s)", fmtDur(d))
 	}
 	fmt.Fprintf(&b, " o=%s h=%s l=%s c=%s v=%s q=%s n=%d", c.Open, c.High, c.Low, c.Close, c.Volume, c.QuoteVolume, c.Trades)
+	if c.Taker { // taker buy base and quote volumes
+		fmt.Fprintf(&b, " tb=%s tq=%s", c.TakerBuyVolume, c.TakerBuyQuoteVolume)
+	}
+	if c.FirstTradeID != "" || c.LastTradeID != "" { // first and last trade ids
+		fmt.Fprintf(&b, " ids=%s..%s", cmp.Or(c.FirstTradeID, "-"), cmp.Or(c.LastTradeID, "-"))
+	}
 	if c.Gap {
 		b.WriteString(" gap")
 	}

@@ -82,7 +82,7 @@ func (r *Rollup) Process(rec Record, out *Output) {
 	}
 	if !k.open {
 		k.open, k.hasNonGap = true, false
-		k.acc = candle.Candle{Symbol: k.key, Timeframe: r.to, OpenTime: open, CloseTime: r.tf.End(open)}
+		k.acc = candle.NewWindow(k.key, r.to, open, r.tf.End(open))
 	}
 	r.add(k, &c)
 	k.lastSub, k.hasLast = c.CloseTime, true
@@ -175,10 +175,15 @@ func (r *Rollup) Changes(fn func(key, val []byte)) {
 			} // else the key came back: its new state is written instead
 			continue
 		}
-		b := append(r.vbuf[:0], stateVersion, boolBits(k.open, k.hasNonGap)|boolBits(false, k.hasLast)<<1)
+		a := &k.acc
+		flags := boolBits(k.open, k.hasNonGap) | boolBits(false, k.hasLast)<<1
+		trade := k.open && (a.Taker || a.FirstTradeID != "" || a.LastTradeID != "")
+		if trade {
+			flags |= rollTrade
+		}
+		b := append(r.vbuf[:0], stateVersion, flags)
 		b = binary.AppendVarint(b, k.lastSub)
 		if k.open {
-			a := &k.acc
 			b = binary.AppendVarint(b, a.OpenTime)
 			b = binary.AppendVarint(b, a.CloseTime-a.OpenTime)
 			for _, d := range [...]decimal.Decimal{a.Open, a.High, a.Low, a.Close} {
@@ -187,6 +192,9 @@ func (r *Rollup) Changes(fn func(key, val []byte)) {
 			b = a.Volume.AppendBinary(b)
 			b = a.QuoteVolume.AppendBinary(b)
 			b = binary.AppendUvarint(b, uint64(a.Trades))
+			if trade {
+				b = appendTrade(b, a.Taker, a.TakerBuyVolume, a.TakerBuyQuoteVolume, []byte(a.FirstTradeID), []byte(a.LastTradeID))
+			}
 		}
 		r.vbuf = b
 		fn(r.kbuf, r.vbuf)
@@ -219,6 +227,11 @@ func (r *Rollup) Restore(key, val []byte) error {
 		a.Open, a.High, a.Low, a.Close = rd.dec(), rd.dec(), rd.dec(), rd.dec()
 		a.Volume, a.QuoteVolume = rd.sum(ver), rd.sum(ver)
 		a.Trades = int64(rd.uvarint())
+		if val[1]&rollTrade != 0 {
+			var fid, lid []byte
+			a.Taker, a.TakerBuyVolume, a.TakerBuyQuoteVolume, fid, lid = rd.trade(nil, nil)
+			a.FirstTradeID, a.LastTradeID = string(fid), string(lid)
+		}
 	}
 	if rd.err == nil && len(rd.b) != 0 {
 		rd.err = errCorrupt

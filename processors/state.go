@@ -46,10 +46,23 @@ const (
 // Key entry flags beyond started and hasPrev. flagPrevTS marks an entry
 // that stores prevTS (after lastTS); older entries lack it and restore
 // prevTS as lastTS. flagQuiet: the key is quiet, quietAt and quietNext follow.
+// flagTrade: each window goes on, after its chunk count, with a byte (1:
+// taker volumes follow as two sums), then its first and last trade ids
+// (uvarint length + bytes). Entries written before sides and ids were kept
+// lack it: their windows restore without taker volumes (their candles
+// report none rather than a part) and without ids (a later trade may still
+// set them). It is written only when some window has either, so the state
+// of a source without sides or ids is what the previous version wrote.
 const (
 	flagPrevTS = 4
 	flagQuiet  = 8
+	flagTrade  = 16
 )
+
+// The rollup key entry's flags: open, hasNonGap, hasLast, and rollTrade: the
+// open candle goes on with a byte (1: taker volumes follow as two sums) and
+// its first and last trade ids, as flagTrade does for a window.
+const rollTrade = 8
 
 // partWM flags a partition entry that stores the watermark.
 const partWM = 4
@@ -258,6 +271,13 @@ func encodeKey(b []byte, k *keyState) []byte {
 	if k.quiet {
 		flags |= flagQuiet
 	}
+	trade := false
+	for _, w := range k.wins {
+		trade = trade || w.tk || len(w.fid) > 0 || len(w.lid) > 0
+	}
+	if trade {
+		flags |= flagTrade
+	}
 	b = append(b, stateVersion, flags)
 	b = binary.AppendVarint(b, k.nextOpen)
 	b = binary.AppendVarint(b, k.nextClose-k.nextOpen)
@@ -283,8 +303,45 @@ func encodeKey(b []byte, k *keyState) []byte {
 		b = w.q.AppendBinary(b)
 		b = binary.AppendUvarint(b, uint64(w.n))
 		b = binary.AppendUvarint(b, uint64(w.chunks))
+		if trade {
+			b = appendTrade(b, w.tk, w.tbv, w.tbq, w.fid, w.lid)
+		}
 	}
 	return b
+}
+
+// appendTrade writes the taker volumes (when tk) and the first and last
+// trade ids of a window or a rollup's open candle.
+func appendTrade(b []byte, tk bool, tbv, tbq decimal.Sum, fid, lid []byte) []byte {
+	if !tk {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = tbv.AppendBinary(b)
+		b = tbq.AppendBinary(b)
+	}
+	b = binary.AppendUvarint(b, uint64(len(fid)))
+	b = append(b, fid...)
+	b = binary.AppendUvarint(b, uint64(len(lid)))
+	return append(b, lid...)
+}
+
+// trade reads what appendTrade wrote; fid and lid are copied into the given
+// buffers.
+func (r *reader) trade(fid, lid []byte) (tk bool, tbv, tbq decimal.Sum, f, l []byte) {
+	switch flag := r.bytes(1); {
+	case flag == nil:
+		return
+	case flag[0] == 1:
+		tk = true
+		tbv, tbq = r.sum(stateVersion), r.sum(stateVersion)
+	case flag[0] != 0:
+		r.fail()
+		return
+	}
+	f = append(fid[:0], r.bytes(r.uvarint())...)
+	l = append(lid[:0], r.bytes(r.uvarint())...)
+	return
 }
 
 func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
@@ -318,6 +375,9 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 		w.v, w.q = r.sum(ver), r.sum(ver)
 		w.n = int64(r.uvarint())
 		w.chunks = uint32(r.uvarint())
+		if val[1]&flagTrade != 0 {
+			w.tk, w.tbv, w.tbq, w.fid, w.lid = r.trade(w.fid, w.lid)
+		}
 		k.wins = append(k.wins, w)
 	}
 	if r.err == nil && len(r.b) != 0 {

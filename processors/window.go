@@ -17,12 +17,22 @@ type window struct {
 	oTS, cTS    int64 // event times of the open and close trades
 	v, q        decimal.Sum
 	n           int64
-	nums        []uint64            // canonical decimal ids ("123") while they arrive ascending
-	numIDs      map[uint64]struct{} // canonical decimal ids that arrived out of order
-	ids         map[idKey]struct{}  // other short ids, stored inline (no allocation)
-	longIDs     map[string]struct{}
-	unsaved     []byte // ids added since the last Changes, each uvarint length + bytes
-	chunks      uint32 // id chunk entries written for this window
+	// Taker buy volumes, counted when tk: the decoder maps a side and the
+	// window saw every trade's (a window restored from state written
+	// before sides were kept has not, and reports none).
+	tk       bool
+	tbv, tbq decimal.Sum
+	fid, lid []byte // ids of the open and close trades (empty: none); reused
+	// fidS and lidS are fid and lid as the strings last handed out in a
+	// candle: the live path (Active) asks again and again, mostly for an
+	// unchanged first id.
+	fidS, lidS string
+	nums       []uint64            // canonical decimal ids ("123") while they arrive ascending
+	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
+	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
+	longIDs    map[string]struct{}
+	unsaved    []byte // ids added since the last Changes, each uvarint length + bytes
+	chunks     uint32 // id chunk entries written for this window
 }
 
 // idKey holds a trade id of up to 31 bytes without a heap allocation.
@@ -138,17 +148,22 @@ func (w *window) appendNum(id string, n uint64) {
 	w.nums = append(w.nums, n)
 }
 
-// add counts one trade; v and q are the new volume sums, already checked.
-func (w *window) add(t *candle.Trade, v, q decimal.Sum) {
+// add counts one trade; v and q are the new volume sums, already checked,
+// quote the trade's price × qty.
+func (w *window) add(t *candle.Trade, v, q, quote decimal.Sum) {
 	if w.n == 0 {
 		w.o, w.h, w.l, w.c = t.Price, t.Price, t.Price, t.Price
 		w.oTS, w.cTS = t.TS, t.TS
+		w.fid = append(w.fid[:0], t.ID...)
+		w.lid = append(w.lid[:0], t.ID...)
 	} else {
 		if t.TS < w.oTS { // ties: the earlier arrival keeps open
 			w.o, w.oTS = t.Price, t.TS
+			w.fid = append(w.fid[:0], t.ID...)
 		}
 		if t.TS >= w.cTS { // ties: the later arrival takes close
 			w.c, w.cTS = t.Price, t.TS
+			w.lid = append(w.lid[:0], t.ID...)
 		}
 		if t.Price.Cmp(w.h) > 0 {
 			w.h = t.Price
@@ -157,6 +172,9 @@ func (w *window) add(t *candle.Trade, v, q decimal.Sum) {
 			w.l = t.Price
 		}
 	}
+	if t.Side == candle.SideBuy {
+		w.tbv, w.tbq = w.tbv.AddDecimal(t.Qty), w.tbq.Add(quote)
+	}
 	w.v, w.q = v, q
 	w.n++
 }
@@ -164,8 +182,9 @@ func (w *window) add(t *candle.Trade, v, q decimal.Sum) {
 // reset clears w for reuse, keeping its id maps' memory.
 func (w *window) reset() {
 	nums, numIDs, ids, long, unsaved := w.nums[:0], w.numIDs, w.ids, w.longIDs, w.unsaved[:0]
+	fid, lid := w.fid[:0], w.lid[:0]
 	clear(numIDs)
 	clear(ids)
 	clear(long)
-	*w = window{nums: nums, numIDs: numIDs, ids: ids, longIDs: long, unsaved: unsaved}
+	*w = window{nums: nums, numIDs: numIDs, ids: ids, longIDs: long, unsaved: unsaved, fid: fid, lid: lid}
 }

@@ -358,10 +358,11 @@ func appendVWAP(b []byte, c *candle.Candle) []byte {
 
 // appendKline writes c as the large exchanges' kline array: [open_time,
 // "open", "high", "low", "close", "volume", close_time, "quote_volume",
-// trades, taker_buy_volume, taker_buy_quote_volume, "0", final], close_time
-// being the window's last millisecond (close_time - 1) as those APIs report
-// it. The taker columns are null (kandle does not track the aggressor side
-// yet); the twelfth is the exchanges' unused column; final is kandle's.
+// trades, "taker_buy_base_volume", "taker_buy_quote_volume", "0", final],
+// close_time being the window's last millisecond (close_time - 1) as those
+// APIs report it. The taker columns are null when the series has no
+// aggressor side (its source maps none); the twelfth is the exchanges'
+// unused column; final is kandle's.
 func appendKline(b []byte, c *candle.Candle, final bool) []byte {
 	b = append(b, '[')
 	b = strconv.AppendInt(b, c.OpenTime, 10)
@@ -376,7 +377,13 @@ func appendKline(b []byte, c *candle.Candle, final bool) []byte {
 	b = c.QuoteVolume.Append(b)
 	b = append(b, '"', ',')
 	b = strconv.AppendInt(b, c.Trades, 10)
-	b = append(b, `,null,null,"0",`...)
+	if c.Taker {
+		b = append(c.TakerBuyVolume.Append(append(b, ',', '"')), '"')
+		b = append(c.TakerBuyQuoteVolume.Append(append(b, ',', '"')), '"')
+	} else {
+		b = append(b, `,null,null`...)
+	}
+	b = append(b, `,"0",`...)
 	b = strconv.AppendBool(b, final)
 	return append(b, ']')
 }

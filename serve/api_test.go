@@ -141,8 +141,14 @@ func TestMostRecent(t *testing.T) {
 	if code != 200 || string(body) != want {
 		t.Fatalf("klines: %d\ngot  %s\nwant %s", code, body, want)
 	}
-	if !strings.Contains(want, fmt.Sprintf(`[%d,"%s","%s","%s","%s","%s",%d,"%s",%d,null,null,"0",true]`, c1.OpenTime, c1.Open, c1.High, c1.Low, c1.Close, c1.Volume, c1.CloseTime-1, c1.QuoteVolume, c1.Trades)) {
+	if !strings.Contains(want, fmt.Sprintf(`[%d,"%s","%s","%s","%s","%s",%d,"%s",%d,"%s","%s","0",true]`, c1.OpenTime, c1.Open, c1.High, c1.Low, c1.Close, c1.Volume, c1.CloseTime-1, c1.QuoteVolume, c1.Trades,
+		c1.TakerBuyVolume, c1.TakerBuyQuoteVolume)) || !c1.Taker {
 		t.Fatalf("kline shape: %s", want)
+	}
+	// A series without an aggressor side: the taker columns are null.
+	c1.Taker = false
+	if k := string(appendKline(nil, &c1, true)); !strings.HasSuffix(k, fmt.Sprintf(`,%d,null,null,"0",true]`, c1.Trades)) {
+		t.Fatalf("kline without taker volumes: %s", k)
 	}
 	// startTime/endTime are inclusive epoch ms, oldest first.
 	a, b := f.truth[10], f.truth[12]

@@ -172,7 +172,7 @@ func combine(cs []candle.Candle, tf candle.Timeframe) []candle.Candle {
 		o := tf.Start(cs[i].OpenTime)
 		if !open || acc.OpenTime != o {
 			flush()
-			acc = candle.Candle{Symbol: cs[i].Symbol, Timeframe: tf.String(), OpenTime: o, CloseTime: tf.End(o)}
+			acc = candle.NewWindow(cs[i].Symbol, tf.String(), o, tf.End(o))
 			nonGap, open = false, true
 		}
 		nonGap = candle.Merge(&acc, &cs[i], nonGap)

@@ -37,14 +37,14 @@ func tf(t testing.TB, s string) candle.Timeframe {
 }
 
 // series makes n closed candles of symbol/timeframe from start, every
-// fifth a gap candle, with exact decimals.
+// fifth a gap candle, with exact decimals, taker buy volumes and trade ids.
 func series(symbol string, tfr candle.Timeframe, start int64, n int, seed uint64) []candle.Candle {
 	r := rand.New(rand.NewPCG(seed, 7))
 	var out []candle.Candle
 	o := tfr.Start(start)
 	prev := decimal.MustParse("100")
 	for i := 0; i < n; i++ {
-		c := candle.Candle{Symbol: symbol, Timeframe: tfr.String(), OpenTime: o, CloseTime: tfr.End(o)}
+		c := candle.Candle{Symbol: symbol, Timeframe: tfr.String(), OpenTime: o, CloseTime: tfr.End(o), Taker: true}
 		if i%5 == 4 {
 			c.Open, c.High, c.Low, c.Close, c.Gap = prev, prev, prev, prev, true
 			c.Volume, c.QuoteVolume = decimal.Sum{}, decimal.Sum{}
@@ -59,6 +59,11 @@ func series(symbol string, tfr candle.Timeframe, start int64, n int, seed uint64
 			c.Volume = decimal.MustParseSum(fmt.Sprintf("0.%018d", 1+r.Uint64N(999_999_999_999_999_999)))
 			c.QuoteVolume = c.Volume
 			c.Trades = int64(1 + r.IntN(20))
+			// Taker buy volumes (a third of the volume, a part of 36
+			// places) and trade ids; a gap candle has zero and none.
+			c.TakerBuyVolume = decimal.MustParseSum(fmt.Sprintf("0.%018d", 1+r.Uint64N(999_999_999_999_999)))
+			c.TakerBuyQuoteVolume = decimal.Product(px, decimal.MustParse("0.000000000000000001"))
+			c.FirstTradeID, c.LastTradeID = fmt.Sprint(o/1000), fmt.Sprint(o/1000+c.Trades-1)
 			prev = px
 		}
 		out = append(out, c)

@@ -98,6 +98,10 @@ func TestFingerprintWhichSettingsMatter(t *testing.T) {
 		{"idle_timeout and max_future", "timeframe: 1m}", "timeframe: 1m, idle_timeout: 30s, max_future: 1500ms}", nil},
 		{"whitelist, record size, key check", "{topic: trades}", "{topic: trades, symbols: [BTC], max_record_bytes: 100, key_check: false}", nil},
 		{"leaf output topic", "timeframe: 1d}", "timeframe: 1d, output: {topic: days}}", nil},
+		// A side mapping adds taker volumes to every window: a change of
+		// meaning. Without one the fingerprint is what it always was.
+		{"side mapped", "{topic: trades}", "{topic: trades, fields: {side: S}}", map[string][]string{
+			"c1m": {"fields.side"}, "c5m": {"from.fields.side"}, "c1d": {"from.from.fields.side"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(fpBase, tc.old) {
@@ -133,6 +137,8 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 	inFP["from"] = true   // as "input" (source) or the "from." chain (rollup)
 	inFP["topic"] = true  // as "input"
 	inFP["values"] = true // as "fields.values" when a source lists them
+	inFP["side"] = true   // as "fields.side" when a source maps it
+	inFP["buyer_maker"] = true
 	inFP["stream"] = true
 	compatible := map[string]string{
 		"idle_timeout":      "when a live partition moves on, not what a window holds",

@@ -95,12 +95,14 @@ func (s *Source) IsKinesis() bool { return s.Kind == "kinesis" }
 // Fields maps record fields to trade fields. Field names may be dotted
 // paths into nested objects ("data.p").
 type Fields struct {
-	Key    string   `yaml:"key" default:"symbol" doc:"Field holding the key (symbol or device id)."`
-	Time   string   `yaml:"time" default:"ts" doc:"Field holding the event time: epoch milliseconds or an RFC 3339 string."`
-	Price  string   `yaml:"price" default:"price" doc:"Field holding the price (or reading value): a JSON number or numeric string."`
-	Qty    string   `yaml:"qty" default:"qty" doc:"Field holding the quantity. Empty: every record weighs 1 (device readings)."`
-	ID     string   `yaml:"id" default:"trade_id" doc:"Field holding the trade id used for dedupe. Empty: no dedupe ids."`
-	Values []string `yaml:"values" doc:"Multi-metric readings: fields each holding one metric (e.g. [temperature, humidity, battery]). Each metric becomes its own series keyed <key>#<metric> with its own candles and rollups; price is then unused. A metric missing from a reading is skipped for that metric only; a non-numeric one is dead-lettered (invalid_price, the metric named)."`
+	Key        string   `yaml:"key" default:"symbol" doc:"Field holding the key (symbol or device id)."`
+	Time       string   `yaml:"time" default:"ts" doc:"Field holding the event time: epoch milliseconds or an RFC 3339 string."`
+	Price      string   `yaml:"price" default:"price" doc:"Field holding the price (or reading value): a JSON number or numeric string."`
+	Qty        string   `yaml:"qty" default:"qty" doc:"Field holding the quantity. Empty: every record weighs 1 (device readings)."`
+	ID         string   `yaml:"id" default:"trade_id" doc:"Field holding the trade id used for dedupe, and reported as each candle's first_trade_id and last_trade_id (the ids of its open and close trades). Empty: no ids."`
+	Side       string   `yaml:"side" doc:"Field holding the aggressor (taker) side: \"buy\" (the taker bought) or \"sell\" (the taker sold), in any ASCII letter case, nothing else (no spaces, no abbreviations). With it every candle carries taker_buy_base_volume and taker_buy_quote_volume (exact sums over the trades whose taker bought; zero for gap candles). A record without the field is rejected missing_field, one with any other value invalid_side. Empty: no side, no taker volumes. Set at most one of side and buyer_maker."`
+	BuyerMaker string   `yaml:"buyer_maker" doc:"Field holding the JSON boolean \"the buyer was the maker\" (as Binance's m): true means the taker sold, false that the taker bought. Gives the same taker volumes as side. A record without the field is rejected missing_field, one whose value is not the JSON true or false (a string \"true\", a number) invalid_side. Empty: not used."`
+	Values     []string `yaml:"values" doc:"Multi-metric readings: fields each holding one metric (e.g. [temperature, humidity, battery]). Each metric becomes its own series keyed <key>#<metric> with its own candles and rollups; price is then unused. A metric missing from a reading is skipped for that metric only; a non-numeric one is dead-lettered (invalid_price, the metric named)."`
 }
 
 // Kinesis configures a Kinesis stream source or sink.

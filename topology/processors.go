@@ -207,6 +207,13 @@ func (candlesKind) Fingerprint(f *FingerprintFields, p *Processor) error {
 	}
 	f.Add("fields.qty", src.Fields.Qty)
 	f.Add("fields.id", src.Fields.ID)
+	// Only when set, so a topology without a side keeps its fingerprint.
+	if src.Fields.Side != "" {
+		f.Add("fields.side", src.Fields.Side)
+	}
+	if src.Fields.BuyerMaker != "" {
+		f.Add("fields.buyer_maker", src.Fields.BuyerMaker)
+	}
 	f.Add("dedupe", strconv.FormatBool(p.Dedupe))
 	f.Add("gap_fill", strconv.FormatBool(p.GapFill))
 	if f.Own() {

@@ -135,6 +135,12 @@ func (c *checker) sources() {
 				c.report(c.at("sources", name, "fields", "values"), "%s.fields.values[%d]: %q must name a metric field other than the key, the time and the other values", path, i, v)
 			}
 		}
+		if len(s.Fields.Values) > 0 && s.Fields.Side+s.Fields.BuyerMaker != "" {
+			c.report(c.at("sources", name, "fields", "values"), "%s.fields: side and buyer_maker apply to trades, not to multi-metric readings (values); remove them", path)
+		}
+		if s.Fields.Side != "" && s.Fields.BuyerMaker != "" {
+			c.report(c.at("sources", name, "fields", "buyer_maker"), "%s.fields: side (%q) and buyer_maker (%q) are both set; map the aggressor side from one of them", path, s.Fields.Side, s.Fields.BuyerMaker)
+		}
 		for _, f := range []struct{ key, val string }{{"key", s.Fields.Key}, {"time", s.Fields.Time}, {"price", s.Fields.Price}} {
 			if f.val == "" {
 				c.report(c.at("sources", name, "fields", f.key), "%s.fields.%s: must name a record field (only qty and id may be empty)", path, f.key)

@@ -167,8 +167,9 @@ func TestChartPageInBrowser(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// The volume pane holds one bar per candle; the legend shows the
-	// newest candle's exact fields.
-	if s.Panes != 2 || s.VolumeBars != s.Bars || s.LastVolume <= 0 || !strings.Contains(s.Legend, " V ") || !strings.Contains(s.Legend, "VWAP ") {
+	// newest candle's exact fields, taker buy volume included.
+	if s.Panes != 2 || s.VolumeBars != s.Bars || s.LastVolume <= 0 || !strings.Contains(s.Legend, " V ") || !strings.Contains(s.Legend, "VWAP ") ||
+		!strings.Contains(s.Legend, " taker buy ") { // the demo's trades carry a side
 		t.Fatalf("volume pane and legend: %+v", s)
 	}
 	// The gap candles the processor made for the silent minutes are drawn
@@ -233,7 +234,7 @@ func TestChartPageInBrowser(t *testing.T) {
 	}
 	defer cl.Close()
 	const spike = 987654.25
-	v := fmt.Sprintf(`{"symbol":%q,"ts":%d,"price":"%v","qty":"0.01","trade_id":"browser-test"}`, sym, time.Now().UnixMilli(), spike)
+	v := fmt.Sprintf(`{"symbol":%q,"ts":%d,"price":"%v","qty":"0.01","trade_id":"browser-test","side":"buy"}`, sym, time.Now().UnixMilli(), spike)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "trades", Key: []byte(sym), Value: []byte(v)}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

@@ -106,13 +106,15 @@ func TestServeEqualsTopics(t *testing.T) {
 	defer cl.Close()
 	ts := time.Now().UnixMilli()
 	M := ts - ts%60_000
-	v := fmt.Sprintf(`{"symbol":%q,"ts":%d,"price":"123.45","qty":"0.5","trade_id":"open-1"}`, sym, ts)
+	v := fmt.Sprintf(`{"symbol":%q,"ts":%d,"price":"123.45","qty":"0.5","trade_id":"open-1","side":"buy"}`, sym, ts)
 	if err := cl.ProduceSync(h.ctx, &kgo.Record{Topic: "trades", Key: []byte(sym), Value: []byte(v)}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	open := candle.Candle{Symbol: sym, Timeframe: "1m", OpenTime: M, CloseTime: M + 60_000,
 		Open: decimal.MustParse("123.45"), High: decimal.MustParse("123.45"), Low: decimal.MustParse("123.45"),
-		Close: decimal.MustParse("123.45"), Volume: decimal.MustParseSum("0.5"), QuoteVolume: decimal.MustParseSum("61.725"), Trades: 1}
+		Close: decimal.MustParse("123.45"), Volume: decimal.MustParseSum("0.5"), QuoteVolume: decimal.MustParseSum("61.725"), Trades: 1,
+		FirstTradeID: "open-1", LastTradeID: "open-1",
+		Taker: true, TakerBuyVolume: decimal.MustParseSum("0.5"), TakerBuyQuoteVolume: decimal.MustParseSum("61.725")}
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		got, _ := h.vk.Do(h.ctx, h.vk.B().Hget().Key("candle:active:1m:"+sym).Field("open_time").Build()).ToString()
 		if got == fmt.Sprint(M) {

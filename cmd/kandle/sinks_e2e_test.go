@@ -70,7 +70,7 @@ brokers: [%[1]s]
 metrics: ""
 commit_interval: 50ms
 sources:
-  trades: {topic: trades, partitions: 3}
+  trades: {topic: trades, partitions: 3, fields: {side: side}}  # kandle gen writes a side: taker volumes in every sink
 processors:
   # Shipped lateness, idle_timeout and max_future; max_idle 10m makes the
   # candles settle after the input (see the comment above).
@@ -345,7 +345,7 @@ func (h *sxHarness) produce(cfg gen.Config, pace time.Duration) {
 		}
 	}
 	for p := int32(0); p < 3; p++ {
-		v := fmt.Sprintf(`{"symbol":"ZZ-P%d","ts":%d,"price":"1.5","qty":"2","trade_id":"close-%d"}`, p, sxCloserTS(cfg), p)
+		v := fmt.Sprintf(`{"symbol":"ZZ-P%d","ts":%d,"price":"1.5","qty":"2","trade_id":"close-%d","side":"sell"}`, p, sxCloserTS(cfg), p)
 		r := &kgo.Record{Topic: "trades", Key: []byte(fmt.Sprintf("ZZ-P%d", p)), Value: []byte(v), Partition: p}
 		if err := cl.ProduceSync(h.ctx, r).FirstErr(); err != nil {
 			t.Errorf("produce closer: %v", err)
@@ -559,7 +559,11 @@ func (h *sxHarness) liveProblems(want map[string]candle.Candle) []string {
 		}
 		exp := map[string]string{"o": c.Open.String(), "h": c.High.String(), "l": c.Low.String(), "c": c.Close.String(),
 			"v": c.Volume.String(), "q": c.QuoteVolume.String(), "t": fmt.Sprint(c.Trades),
-			"open_time": fmt.Sprint(c.OpenTime), "close_time": fmt.Sprint(c.CloseTime)}
+			"open_time": fmt.Sprint(c.OpenTime), "close_time": fmt.Sprint(c.CloseTime),
+			"tb": "", "tq": "", "fid": c.FirstTradeID, "lid": c.LastTradeID} // "": none
+		if c.Taker {
+			exp["tb"], exp["tq"] = c.TakerBuyVolume.String(), c.TakerBuyQuoteVolume.String()
+		}
 		if fmt.Sprint(m) != fmt.Sprint(exp) {
 			probs = append(probs, fmt.Sprintf("valkey %s:\n  got  %v\n  want %v", k, m, exp))
 		}
@@ -600,7 +604,7 @@ func wantLedger(t *testing.T, cfg gen.Config) map[string]sxTrade {
 		}
 	}
 	for p := 0; p < 3; p++ {
-		add([]byte(fmt.Sprintf(`{"symbol":"ZZ-P%d","ts":%d,"price":"1.5","qty":"2","trade_id":"close-%d"}`, p, sxCloserTS(cfg), p)))
+		add([]byte(fmt.Sprintf(`{"symbol":"ZZ-P%d","ts":%d,"price":"1.5","qty":"2","trade_id":"close-%d","side":"sell"}`, p, sxCloserTS(cfg), p)))
 	}
 	return out
 }
@@ -750,6 +754,15 @@ func TestSinksThroughTopology(t *testing.T) {
 	h.produce(cfg, 0)
 	h.waitClosed(cfg, 40*time.Second)
 	want := h.waitSettled(cfg, 40*time.Second)
+	taker := 0
+	for _, c := range want {
+		if c.Taker && c.TakerBuyVolume.Sign() > 0 {
+			taker++
+		}
+	}
+	if taker < len(want)/2 { // the sinks below must hold them too
+		t.Fatalf("%d of %d candles have taker buy volume: the source maps side and gen writes it", taker, len(want))
+	}
 	ledger := wantLedger(t, cfg)
 	h.waitSinks(want, ledger, 30*time.Second)
 
@@ -804,9 +817,11 @@ func TestSinksThroughTopology(t *testing.T) {
 	var fromDuck []string
 	for _, line := range testkit.DuckDB(t, file, `SELECT symbol, timeframe, epoch_ms(open_time)::VARCHAR AS ot, epoch_ms(close_time)::VARCHAR AS ct,
 		open::VARCHAR AS o, high::VARCHAR AS h, low::VARCHAR AS l, close::VARCHAR AS c, volume::VARCHAR AS v,
-		quote_volume::VARCHAR AS q, trades::VARCHAR AS n, gap FROM t ORDER BY open_time`) {
+		quote_volume::VARCHAR AS q, trades::VARCHAR AS n, gap, taker_buy_base_volume AS tb, taker_buy_quote_volume AS tq,
+		first_trade_id AS fid, last_trade_id AS lid FROM t ORDER BY open_time`) {
 		var r struct {
 			Symbol, Timeframe, OT, CT, O, H, L, C, V, Q, N string
+			TB, TQ, FID, LID                               string
 			Gap                                            bool
 		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -814,7 +829,10 @@ func TestSinksThroughTopology(t *testing.T) {
 		}
 		c := candle.Candle{Symbol: r.Symbol, Timeframe: r.Timeframe, Gap: r.Gap,
 			Open: decimal.MustParse(r.O), High: decimal.MustParse(r.H), Low: decimal.MustParse(r.L), Close: decimal.MustParse(r.C),
-			Volume: decimal.MustParseSum(r.V), QuoteVolume: decimal.MustParseSum(r.Q)}
+			Volume: decimal.MustParseSum(r.V), QuoteVolume: decimal.MustParseSum(r.Q), FirstTradeID: r.FID, LastTradeID: r.LID}
+		if r.TB != "" { // "": no taker volumes
+			c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume = true, decimal.MustParseSum(r.TB), decimal.MustParseSum(r.TQ)
+		}
 		fmt.Sscan(r.OT, &c.OpenTime)
 		fmt.Sscan(r.CT, &c.CloseTime)
 		fmt.Sscan(r.N, &c.Trades)
@@ -886,7 +904,7 @@ func sxReadParquet(data []byte) ([]candle.Candle, error) {
 	}
 	col := map[string]int{}
 	for _, name := range []string{"symbol", "timeframe", "open_time", "close_time", "open", "high", "low", "close",
-		"volume", "quote_volume", "trades", "gap"} {
+		"volume", "quote_volume", "trades", "gap", "taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id"} {
 		leaf, ok := f.Schema().Lookup(name)
 		if !ok {
 			return nil, fmt.Errorf("no column %q", name)
@@ -915,12 +933,17 @@ func sxReadParquet(data []byte) ([]candle.Candle, error) {
 				s, _ := decimal.ParseSum(val[col[name]].ByteArray())
 				return s
 			}
-			out = append(out, candle.Candle{Symbol: string(val[col["symbol"]].ByteArray()),
+			c := candle.Candle{Symbol: string(val[col["symbol"]].ByteArray()),
 				Timeframe: string(val[col["timeframe"]].ByteArray()),
 				OpenTime:  val[col["open_time"]].Int64(), CloseTime: val[col["close_time"]].Int64(),
 				Open: dec("open"), High: dec("high"), Low: dec("low"), Close: dec("close"),
 				Volume: sum("volume"), QuoteVolume: sum("quote_volume"),
-				Trades: val[col["trades"]].Int64(), Gap: val[col["gap"]].Boolean()})
+				Trades: val[col["trades"]].Int64(), Gap: val[col["gap"]].Boolean(),
+				FirstTradeID: string(val[col["first_trade_id"]].ByteArray()), LastTradeID: string(val[col["last_trade_id"]].ByteArray())}
+			if len(val[col["taker_buy_base_volume"]].ByteArray()) > 0 { // "": no taker volumes
+				c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume = true, sum("taker_buy_base_volume"), sum("taker_buy_quote_volume")
+			}
+			out = append(out, c)
 		}
 		if err == io.EOF {
 			return out, nil

@@ -26,9 +26,20 @@ func exactCandles() []candle.Candle {
 	b := candle.Candle{Symbol: "TOK", Timeframe: "1m", OpenTime: 1_800_000_060_000, CloseTime: 1_800_000_120_000,
 		Open: top, High: top, Low: top, Close: top, Volume: decimal.SumOf(top).AddDecimal(top),
 		QuoteVolume: decimal.Product(top, top).Add(decimal.Product(top, top)), Trades: 2}
+	// Taker buy volumes (the second trade of a, both of b) and trade ids.
+	a.Taker, a.TakerBuyVolume = true, decimal.SumOf(p("0.000000000000000001"))
+	a.TakerBuyQuoteVolume = decimal.Product(p("0.000000000000000001"), p("0.000000000000000001"))
+	a.FirstTradeID, a.LastTradeID = "100", "101"
+	b.Taker, b.TakerBuyVolume, b.TakerBuyQuoteVolume = true, b.Volume, b.QuoteVolume
+	b.FirstTradeID, b.LastTradeID = "x-1", "x-2"
 	r := candle.Candle{Symbol: "TOK", Timeframe: "5m", OpenTime: 1_800_000_000_000, CloseTime: 1_800_000_300_000,
-		Open: a.Open, High: top, Low: a.Low, Close: top, Volume: a.Volume.Add(b.Volume), QuoteVolume: a.QuoteVolume.Add(b.QuoteVolume), Trades: 4}
-	return []candle.Candle{a, b, r}
+		Open: a.Open, High: top, Low: a.Low, Close: top, Volume: a.Volume.Add(b.Volume), QuoteVolume: a.QuoteVolume.Add(b.QuoteVolume), Trades: 4,
+		Taker: true, TakerBuyVolume: a.TakerBuyVolume.Add(b.TakerBuyVolume), TakerBuyQuoteVolume: a.TakerBuyQuoteVolume.Add(b.TakerBuyQuoteVolume),
+		FirstTradeID: "100", LastTradeID: "x-2"}
+	// A gap candle of a source without a side: no taker volumes, no ids.
+	g := candle.Candle{Symbol: "TOK", Timeframe: "1m", OpenTime: 1_800_000_120_000, CloseTime: 1_800_000_180_000,
+		Open: top, High: top, Low: top, Close: top, Gap: true}
+	return []candle.Candle{a, b, r, g}
 }
 
 // The stored values read back with the AWS SDK (and math/big, not kandle's
@@ -59,8 +70,19 @@ func TestExactDecimalsReadBack(t *testing.T) {
 		if it == nil {
 			t.Fatalf("%s %s %d: no item", w.Symbol, w.Timeframe, w.OpenTime)
 		}
-		for attr, v := range map[string]*big.Rat{"o": decimal.SumOf(w.Open).Rat(), "h": decimal.SumOf(w.High).Rat(),
-			"l": decimal.SumOf(w.Low).Rat(), "c": decimal.SumOf(w.Close).Rat(), "v": w.Volume.Rat(), "q": w.QuoteVolume.Rat()} {
+		want := map[string]*big.Rat{"o": decimal.SumOf(w.Open).Rat(), "h": decimal.SumOf(w.High).Rat(),
+			"l": decimal.SumOf(w.Low).Rat(), "c": decimal.SumOf(w.Close).Rat(), "v": w.Volume.Rat(), "q": w.QuoteVolume.Rat()}
+		if w.Taker {
+			want["tbv"], want["tbq"] = w.TakerBuyVolume.Rat(), w.TakerBuyQuoteVolume.Rat()
+		} else if it["tbv"] != nil || it["tbq"] != nil {
+			t.Fatalf("%s %d: taker volumes stored for a candle without them", w.Timeframe, w.OpenTime)
+		}
+		for attr, id := range map[string]string{"first_trade_id": w.FirstTradeID, "last_trade_id": w.LastTradeID} {
+			if s, _ := it[attr].(*types.AttributeValueMemberS); (id == "") != (s == nil) || (s != nil && s.Value != id) {
+				t.Fatalf("%s %d: %s stored as %v, want %q", w.Timeframe, w.OpenTime, attr, it[attr], id)
+			}
+		}
+		for attr, v := range want {
 			s, ok := it[attr].(*types.AttributeValueMemberS)
 			if !ok {
 				t.Fatalf("%s: attribute %s is %T, want an exact string", w.Timeframe, attr, it[attr])

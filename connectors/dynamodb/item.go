@@ -35,10 +35,17 @@ const (
 	attrQuote     = "q"
 	attrTrades    = "t"
 	attrGap       = "gap"
-	attrTS        = "ts"
-	attrPrice     = "price"
-	attrQty       = "qty"
-	attrTradeID   = "trade_id"
+	// Present only when the candle has them: taker buy base and quote
+	// volume (exact strings, like v and q), first and last trade id.
+	attrTakerBase  = "tbv"
+	attrTakerQuote = "tbq"
+	attrFirstID    = "first_trade_id"
+	attrLastID     = "last_trade_id"
+	attrSide       = "side" // a ledger trade's aggressor side, "buy" or "sell", when the source maps one
+	attrTS         = "ts"
+	attrPrice      = "price"
+	attrQty        = "qty"
+	attrTradeID    = "trade_id"
 )
 
 // ErrItemTooLarge: the item exceeds DynamoDB's 400 KB limit (or a key its
@@ -111,6 +118,15 @@ func (s *Sink) candleItem(c *candle.Candle) (pending, error) {
 		attrTrades:    numAttr(c.Trades),
 		attrGap:       &types.AttributeValueMemberBOOL{Value: c.Gap},
 	}
+	if c.Taker {
+		item[attrTakerBase], item[attrTakerQuote] = sumAttr(c.TakerBuyVolume), sumAttr(c.TakerBuyQuoteVolume)
+	}
+	if c.FirstTradeID != "" {
+		item[attrFirstID] = strAttr(c.FirstTradeID)
+	}
+	if c.LastTradeID != "" {
+		item[attrLastID] = strAttr(c.LastTradeID)
+	}
 	if ttl := s.cfg.ttlFor(c.Timeframe); ttl > 0 && t.TTLAttribute != "" {
 		item[t.TTLAttribute] = numAttr(expiry(c.CloseTime, ttl))
 	}
@@ -139,6 +155,12 @@ func (s *Sink) tradeItem(tr *candle.Trade) (pending, error) {
 	}
 	if tr.ID != "" {
 		item[attrTradeID] = strAttr(tr.ID)
+	}
+	switch tr.Side {
+	case candle.SideBuy:
+		item[attrSide] = strAttr("buy")
+	case candle.SideSell:
+		item[attrSide] = strAttr("sell")
 	}
 	if ttl := time.Duration(s.cfg.TTL); ttl > 0 && t.TTLAttribute != "" {
 		item[t.TTLAttribute] = numAttr(expiry(tr.TS, ttl))
@@ -272,18 +294,23 @@ func (d *itemDecoder) boolean(name string) bool {
 func itemCandle(item map[string]types.AttributeValue) (candle.Candle, error) {
 	d := itemDecoder{item: item}
 	c := candle.Candle{
-		Symbol:      d.str(attrSymbol),
-		Timeframe:   d.str(attrTimeframe),
-		OpenTime:    d.num(attrOpenTime),
-		CloseTime:   d.num(attrCloseTime),
-		Open:        d.dec(attrOpen),
-		High:        d.dec(attrHigh),
-		Low:         d.dec(attrLow),
-		Close:       d.dec(attrClose),
-		Volume:      d.sum(attrVolume),
-		QuoteVolume: d.sum(attrQuote),
-		Trades:      d.num(attrTrades),
-		Gap:         d.boolean(attrGap),
+		Symbol:       d.str(attrSymbol),
+		Timeframe:    d.str(attrTimeframe),
+		OpenTime:     d.num(attrOpenTime),
+		CloseTime:    d.num(attrCloseTime),
+		Open:         d.dec(attrOpen),
+		High:         d.dec(attrHigh),
+		Low:          d.dec(attrLow),
+		Close:        d.dec(attrClose),
+		Volume:       d.sum(attrVolume),
+		QuoteVolume:  d.sum(attrQuote),
+		Trades:       d.num(attrTrades),
+		Gap:          d.boolean(attrGap),
+		FirstTradeID: d.optStr(attrFirstID),
+		LastTradeID:  d.optStr(attrLastID),
+	}
+	if _, c.Taker = item[attrTakerBase]; c.Taker {
+		c.TakerBuyVolume, c.TakerBuyQuoteVolume = d.sum(attrTakerBase), d.sum(attrTakerQuote)
 	}
 	if d.err != nil {
 		return candle.Candle{}, fmt.Errorf("decode candle item: %w", d.err)
@@ -300,6 +327,15 @@ func itemTrade(item map[string]types.AttributeValue) (candle.Trade, error) {
 		Price: d.dec(attrPrice),
 		Qty:   d.dec(attrQty),
 		ID:    d.optStr(attrTradeID),
+	}
+	switch side := d.optStr(attrSide); side {
+	case "buy":
+		tr.Side = candle.SideBuy
+	case "sell":
+		tr.Side = candle.SideSell
+	case "":
+	default:
+		d.fail(attrSide, `"buy" or "sell"`)
 	}
 	if d.err != nil {
 		return candle.Trade{}, fmt.Errorf("decode trade item: %w", d.err)

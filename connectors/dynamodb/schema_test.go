@@ -34,7 +34,7 @@ func TestTradeLedgerSchema(t *testing.T) {
 	var trades []candle.Trade
 	for i := 0; i < 80; i++ { // 13:58:00 .. 14:01:57, two hour partitions
 		trades = append(trades, candle.Trade{Key: "BTC", TS: base + int64(i)*3000 + 1, Price: dec(fmt.Sprintf("9%d.25", i)),
-			Qty: dec("0.1"), ID: strconv.Itoa(1000 + i)})
+			Qty: dec("0.1"), ID: strconv.Itoa(1000 + i), Side: candle.Side(i % 3)}) // no side, buy, sell
 	}
 	trades = append(trades, candle.Trade{Key: "BTC", TS: base + 1, Price: dec("1"), Qty: dec("2"), ID: "same-ms"}) // same ms, other id
 	for round := 0; round < 2; round++ {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,7 +26,8 @@ const duckQuery = `
 SELECT 'r' AS k, epoch_ms(open_time) AS ord, to_json(x)::VARCHAR AS j FROM (
 	SELECT symbol, timeframe, epoch_ms(open_time)::VARCHAR AS o, epoch_ms(close_time)::VARCHAR AS c,
 		open::VARCHAR AS op, high::VARCHAR AS hi, low::VARCHAR AS lo, close::VARCHAR AS cl,
-		volume::VARCHAR AS v, quote_volume::VARCHAR AS q, trades::VARCHAR AS n, gap, open_time FROM t) x
+		volume::VARCHAR AS v, quote_volume::VARCHAR AS q, trades::VARCHAR AS n, gap,
+		taker_buy_base_volume AS tb, taker_buy_quote_volume AS tq, first_trade_id AS fid, last_trade_id AS lid, open_time FROM t) x
 UNION ALL
 SELECT 't', 0, to_json(y)::VARCHAR FROM (
 	SELECT typeof(symbol) AS symbol, typeof(timeframe) AS timeframe, typeof(open_time) AS open_time,
@@ -114,6 +116,7 @@ func TestDuckDB(t *testing.T) {
 	for i, line := range rows {
 		var r struct {
 			Symbol, Timeframe, O, C, Op, Hi, Lo, Cl, V, Q, N string
+			TB, TQ, FID, LID                                 string
 			Gap                                              bool
 		}
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
@@ -142,7 +145,10 @@ func TestDuckDB(t *testing.T) {
 		}
 		got := candle.Candle{Symbol: r.Symbol, Timeframe: r.Timeframe, OpenTime: num(r.O), CloseTime: num(r.C),
 			Open: dec(r.Op), High: dec(r.Hi), Low: dec(r.Lo), Close: dec(r.Cl), Volume: sum(r.V), QuoteVolume: sum(r.Q),
-			Trades: num(r.N), Gap: r.Gap}
+			Trades: num(r.N), Gap: r.Gap, FirstTradeID: r.FID, LastTradeID: r.LID}
+		if r.TB != "" { // "": the candle has no taker volumes
+			got.Taker, got.TakerBuyVolume, got.TakerBuyQuoteVolume = true, sum(r.TB), sum(r.TQ)
+		}
 		if !got.Equal(&want[i]) {
 			t.Fatalf("row %d: duckdb says\n %+v\nwant\n %+v\n(%s)", i, got, want[i], line)
 		}
@@ -181,7 +187,7 @@ func TestDuckDB(t *testing.T) {
 			t.Errorf("column %s compressed with %q, want ZSTD", m["name"], m["codecs"])
 		}
 	}
-	for _, col := range []string{"volume", "quote_volume"} {
+	for _, col := range []string{"volume", "quote_volume", "taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id"} {
 		if m := schema[col]; m["type"] != "BYTE_ARRAY" || !strings.Contains(m["logical"], "StringType") {
 			t.Errorf("parquet_schema %s = %v, want BYTE_ARRAY STRING (exact decimal text)", col, m)
 		}
@@ -199,8 +205,8 @@ func TestDuckDB(t *testing.T) {
 			t.Errorf("parquet_schema %s = %v, want INT64 TIMESTAMP(MILLIS, UTC)", col, m)
 		}
 	}
-	if len(schema) != 12 {
-		t.Errorf("parquet_schema has %d leaf columns, want 12: %v", len(schema), byKind["s"])
+	if len(schema) != 16 {
+		t.Errorf("parquet_schema has %d leaf columns, want 16: %v", len(schema), byKind["s"])
 	}
 
 	// The whole lake as a Hive dataset: symbols come back unescaped
@@ -241,6 +247,8 @@ func TestDecodeV1Layout(t *testing.T) {
 	want := gen("OLD")[:3]
 	old := make([]rowV1, len(want))
 	for i, c := range want {
+		want[i].Taker, want[i].TakerBuyVolume, want[i].TakerBuyQuoteVolume = false, decimal.Sum{}, decimal.Sum{}
+		want[i].FirstTradeID, want[i].LastTradeID = "", ""
 		v, _ := c.Volume.Decimal()
 		q, _ := c.QuoteVolume.Decimal()
 		old[i] = rowV1{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
@@ -259,5 +267,49 @@ func TestDecodeV1Layout(t *testing.T) {
 		if !got[i].Equal(&want[i]) {
 			t.Fatalf("row %d: got %+v, want %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// Files written before taker volumes and trade ids (the first twelve
+// columns only) still decode and read (Decode, and the ranged reader of
+// kandle serve), as candles with neither.
+func TestV2Layout(t *testing.T) {
+	ctx := context.Background()
+	var want []candle.Candle
+	var old []rowV2
+	for _, c := range gen("OLD") {
+		if c.Timeframe != "1m" || len(want) == 5 {
+			continue
+		}
+		c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume, c.FirstTradeID, c.LastTradeID = false, decimal.Sum{}, decimal.Sum{}, "", ""
+		want = append(want, c)
+		old = append(old, rowV2{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
+			Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
+			Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap})
+	}
+	var buf bytes.Buffer
+	if err := parquet.Write(&buf, old); err != nil {
+		t.Fatal(err)
+	}
+	same := func(a, b candle.Candle) bool { return a.Equal(&b) }
+	if got, err := Decode(buf.Bytes()); err != nil || !slices.EqualFunc(got, want, same) {
+		t.Fatalf("Decode(v2) = %+v, %v; want %+v", got, err, want)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, filepath.FromSlash(PartitionPath("1m", "OLD", want[0].OpenTime)))
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(ctx, Config{URL: "file://" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf, _ := candle.ParseTimeframe("1m", nil)
+	got, err := r.Candles(ctx, "OLD", tf, want[0].OpenTime, want[len(want)-1].CloseTime, 0, false)
+	if err != nil || !slices.EqualFunc(got, want, same) {
+		t.Fatalf("Reader on the v2 layout = %+v, %v; want %+v", got, err, want)
 	}
 }

@@ -85,12 +85,20 @@ const (
 	colQuoteVolume
 	colTrades
 	colGap
+	// Text columns added after the first layout, "" when the candle has
+	// none: taker buy base and quote volume (exact decimal text, like
+	// volume), first and last trade id.
+	colTakerBase
+	colTakerQuote
+	colFirstID
+	colLastID
 	numColumns
 )
 
 // columnNames are the Parquet names of the columns, in schema order.
 var columnNames = [numColumns]string{"symbol", "timeframe", "open_time", "close_time",
-	"open", "high", "low", "close", "volume", "quote_volume", "trades", "gap"}
+	"open", "high", "low", "close", "volume", "quote_volume", "trades", "gap",
+	"taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id"}
 
 // chunkMeta is what the footer says about one column chunk.
 type chunkMeta struct {
@@ -215,12 +223,12 @@ func (w *fileWriter) chunk(col int, rs []candle.Candle) (chunkMeta, error) {
 		}
 		l, h := enc128(lo), enc128(hi)
 		m.min, m.max = l[:], h[:]
-	case colVolume, colQuoteVolume:
+	case colVolume, colQuoteVolume, colTakerBase, colTakerQuote, colFirstID, colLastID:
 		var lo, hi []byte
 		b, n := w.page[:0], 0
 		for i := range rs {
 			at := len(b)
-			b = sumAt(col, &rs[i]).Append(append(b, 0, 0, 0, 0))
+			b = appendText(col, &rs[i], append(b, 0, 0, 0, 0))
 			v := b[at+4:]
 			binary.LittleEndian.PutUint32(b[at:], uint32(len(v)))
 			if i == 0 || bytes.Compare(v, lo) < 0 {
@@ -452,7 +460,7 @@ func (w *fileWriter) footer(b []byte, numRows int) []byte {
 
 func physicalType(col int) int32 {
 	switch col {
-	case colSymbol, colTimeframe, colVolume, colQuoteVolume:
+	case colSymbol, colTimeframe, colVolume, colQuoteVolume, colTakerBase, colTakerQuote, colFirstID, colLastID:
 		return typeByteArray
 	case colOpenTime, colCloseTime, colTrades:
 		return typeInt64
@@ -472,7 +480,7 @@ func schemaElement(h *thriftWriter, col int) {
 	h.i32(3, 0) // REQUIRED
 	h.str(4, columnNames[col])
 	switch col {
-	case colSymbol, colTimeframe, colVolume, colQuoteVolume:
+	case colSymbol, colTimeframe, colVolume, colQuoteVolume, colTakerBase, colTakerQuote, colFirstID, colLastID:
 		h.i32(6, convUTF8)
 		h.begin(10)
 		h.begin(1) // STRING
@@ -534,11 +542,26 @@ func decimalAt(col int, c *candle.Candle) decimal.Decimal {
 	}
 }
 
-func sumAt(col int, c *candle.Candle) decimal.Sum {
-	if col == colVolume {
-		return c.Volume
+// appendText appends the value of a text column: a volume's exact decimal
+// text, a taker volume's ("" when the candle has none), a trade id.
+func appendText(col int, c *candle.Candle, b []byte) []byte {
+	switch col {
+	case colVolume:
+		return c.Volume.Append(b)
+	case colQuoteVolume:
+		return c.QuoteVolume.Append(b)
+	case colTakerBase, colTakerQuote:
+		if !c.Taker {
+			return b
+		}
+		if col == colTakerBase {
+			return c.TakerBuyVolume.Append(b)
+		}
+		return c.TakerBuyQuoteVolume.Append(b)
+	case colFirstID:
+		return append(b, c.FirstTradeID...)
 	}
-	return c.QuoteVolume
+	return append(b, c.LastTradeID...)
 }
 
 func stringAt(col int, c *candle.Candle) string {

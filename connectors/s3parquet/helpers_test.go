@@ -127,7 +127,8 @@ func listObjects(t testing.TB, c *s3.Client, bucket string) map[string][]byte {
 // gen makes closed candles for each symbol: 1m candles from 2026-11-21
 // 22:00 to 2026-11-23 01:59 UTC (crossing two midnights), 1h candles over
 // the same span and the 1d candles of the three days, with exact decimals
-// that use all 18 places. They come ordered by close time, as an engine
+// that use all 18 places; the candles of every other symbol carry taker
+// volumes (36 places) and trade ids. They come ordered by close time, as an engine
 // reading several candle topics would see them.
 func gen(symbols ...string) []candle.Candle {
 	start := time.Date(2026, 11, 21, 22, 0, 0, 0, time.UTC).UnixMilli()
@@ -145,8 +146,13 @@ func gen(symbols ...string) []candle.Candle {
 				c := candle.Candle{Symbol: sym, Timeframe: tf, OpenTime: o, CloseTime: t.End(o),
 					Open: px, High: hi, Low: lo, Close: px, Volume: decimal.SumOf(vol), QuoteVolume: decimal.SumOf(vol),
 					Trades: n % 50, Gap: n%50 == 0}
+				if si%2 == 0 { // a source with a side and trade ids; the others have neither
+					c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume = true, decimal.SumOf(vol), decimal.Product(px, vol) // 36 places
+					c.FirstTradeID, c.LastTradeID = fmt.Sprint(n), fmt.Sprintf("t-%d", n)
+				}
 				if c.Gap {
 					c.Volume, c.QuoteVolume, c.High, c.Low = decimal.Sum{}, decimal.Sum{}, px, px
+					c.TakerBuyVolume, c.TakerBuyQuoteVolume, c.FirstTradeID, c.LastTradeID = decimal.Sum{}, decimal.Sum{}, "", ""
 				}
 				cs = append(cs, c)
 			}

@@ -1,6 +1,7 @@
 package s3parquet
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -277,7 +278,12 @@ func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
 const readBuffer = 1 << 20
 
 // columns a candle is built from, by their Parquet names.
-var candleColumns = []string{"open_time", "close_time", "open", "high", "low", "close", "volume", "quote_volume", "trades", "gap"}
+var candleColumns = []string{"open_time", "close_time", "open", "high", "low", "close", "volume", "quote_volume", "trades", "gap",
+	"taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id"}
+
+// firstOptionalColumn is the first of candleColumns that files written
+// before taker volumes and trade ids lack.
+const firstOptionalColumn = 10
 
 // readPartition returns the candles of one partition object with open_time
 // in [from, to), oldest first.
@@ -296,10 +302,14 @@ func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partiti
 	idx := make([]int, len(candleColumns))
 	for i, name := range candleColumns {
 		leaf, ok := f.Schema().Lookup(name)
-		if !ok {
+		switch {
+		case ok:
+			idx[i] = leaf.ColumnIndex
+		case i >= firstOptionalColumn: // a file from before these columns
+			idx[i] = -1
+		default:
 			return nil, fmt.Errorf("s3parquet: %s: %w: no column %s", key, errCorrupt, name)
 		}
-		idx[i] = leaf.ColumnIndex
 	}
 	var out []candle.Candle
 	meta := f.Metadata()
@@ -312,7 +322,12 @@ func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partiti
 			cs[i].Symbol, cs[i].Timeframe = symbol, tf
 		}
 		var badSum error
+		takerBase := make([][]byte, len(cs)) // column texts: "" when a candle has none
+		takerQuote := make([][]byte, len(cs))
 		for ci, col := range idx {
+			if col < 0 {
+				continue
+			}
 			err := readColumn(rg.ColumnChunks()[col], func(i int, v parquet.Value) {
 				if i >= len(cs) {
 					return
@@ -339,6 +354,14 @@ func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partiti
 					c.Trades = v.Int64()
 				case 9:
 					c.Gap = v.Boolean()
+				case 10:
+					takerBase[i] = bytes.Clone(v.ByteArray())
+				case 11:
+					takerQuote[i] = bytes.Clone(v.ByteArray())
+				case 12:
+					c.FirstTradeID = string(v.ByteArray())
+				case 13:
+					c.LastTradeID = string(v.ByteArray())
 				}
 			})
 			if err == nil && badSum != nil {
@@ -346,6 +369,13 @@ func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partiti
 			}
 			if err != nil {
 				return nil, fmt.Errorf("s3parquet: %s column %s: %w", key, candleColumns[ci], err)
+			}
+		}
+		for i := range cs {
+			if len(takerBase[i]) > 0 || len(takerQuote[i]) > 0 {
+				if err := setTaker(&cs[i], takerBase[i], takerQuote[i]); err != nil {
+					return nil, fmt.Errorf("s3parquet: %s: %w", key, err)
+				}
 			}
 		}
 		for _, c := range cs {

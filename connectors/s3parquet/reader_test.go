@@ -71,7 +71,7 @@ func TestReaderRanges(t *testing.T) {
 						if limit > 0 && len(exp) > limit {
 							exp = exp[:limit]
 						}
-						if !slices.Equal(got, exp) {
+						if !slices.EqualFunc(got, exp, func(a, b candle.Candle) bool { return a.Equal(&b) }) {
 							t.Fatalf("range %v limit %d desc %v: got %d candles, want %d\ngot  %v\nwant %v", rg, limit, desc, len(got), len(exp), head(got), head(exp))
 						}
 					}

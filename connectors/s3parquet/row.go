@@ -12,8 +12,20 @@ import (
 	"github.com/kandle/kandle/decimal"
 )
 
-// row is one candle as a Parquet row (see the package doc for the types).
+// row is one candle as a Parquet row (see the package doc for the types):
+// the columns of rowV2, then four more, "" when the candle has none (a
+// source without a side, a gap candle's ids).
 type row struct {
+	rowV2
+	TakerBuyBase  string `parquet:"taker_buy_base_volume"`
+	TakerBuyQuote string `parquet:"taker_buy_quote_volume"`
+	FirstTradeID  string `parquet:"first_trade_id"`
+	LastTradeID   string `parquet:"last_trade_id"`
+}
+
+// rowV2 is the layout of files written before taker volumes and trade ids
+// (row's first twelve columns); Decode still reads them.
+type rowV2 struct {
 	Symbol      string   `parquet:"symbol,dict"`
 	Timeframe   string   `parquet:"timeframe,dict"`
 	OpenTime    int64    `parquet:"open_time,timestamp(millisecond:utc)"`
@@ -59,6 +71,31 @@ func dec128(b [16]byte) decimal.Decimal {
 }
 
 func fromRow(r *row) (candle.Candle, error) {
+	c, err := fromRowV2(&r.rowV2)
+	if err != nil {
+		return c, err
+	}
+	c.FirstTradeID, c.LastTradeID = r.FirstTradeID, r.LastTradeID
+	if r.TakerBuyBase != "" || r.TakerBuyQuote != "" {
+		if err := setTaker(&c, []byte(r.TakerBuyBase), []byte(r.TakerBuyQuote)); err != nil {
+			return candle.Candle{}, err
+		}
+	}
+	return c, nil
+}
+
+// setTaker sets c's taker volumes from their column texts (both present).
+func setTaker(c *candle.Candle, base, quote []byte) error {
+	b, err1 := decimal.ParseSum(base)
+	q, err2 := decimal.ParseSum(quote)
+	if err := errors.Join(err1, err2); err != nil {
+		return fmt.Errorf("%w: taker_buy_base_volume %q, taker_buy_quote_volume %q: %w", errCorrupt, base, quote, err)
+	}
+	c.Taker, c.TakerBuyVolume, c.TakerBuyQuoteVolume = true, b, q
+	return nil
+}
+
+func fromRowV2(r *rowV2) (candle.Candle, error) {
 	v, err1 := decimal.ParseSum([]byte(r.Volume))
 	q, err2 := decimal.ParseSum([]byte(r.QuoteVolume))
 	if err := errors.Join(err1, err2); err != nil {
@@ -106,13 +143,21 @@ func Decode(data []byte) ([]candle.Candle, error) {
 		}
 		return cs, nil
 	}
-	rows, err := parquet.Read[row](bytes.NewReader(data), int64(len(data)))
+	if _, ok := f.Schema().Lookup("taker_buy_base_volume"); !ok {
+		return decodeRows(data, fromRowV2)
+	}
+	return decodeRows(data, fromRow)
+}
+
+// decodeRows reads every row of data as an R and converts it.
+func decodeRows[R any](data []byte, conv func(*R) (candle.Candle, error)) ([]candle.Candle, error) {
+	rows, err := parquet.Read[R](bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 	}
 	cs := make([]candle.Candle, len(rows))
 	for i := range rows {
-		if cs[i], err = fromRow(&rows[i]); err != nil {
+		if cs[i], err = conv(&rows[i]); err != nil {
 			return nil, err
 		}
 	}

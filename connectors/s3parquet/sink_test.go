@@ -453,7 +453,7 @@ func TestRowGroups(t *testing.T) {
 		t.Fatalf("1440 rows in %d row groups (first %d rows), want 15 of ≤100", len(groups), groups[0].NumRows())
 	}
 	back, err := Decode(data)
-	if err != nil || len(back) != len(cs) || back[1439] != cs[1439] {
+	if err != nil || len(back) != len(cs) || !back[1439].Equal(&cs[1439]) {
 		t.Fatalf("decode across row groups: %d rows, %v", len(back), err)
 	}
 }

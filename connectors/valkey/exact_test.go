@@ -25,8 +25,10 @@ func TestExactDecimalsReadBack(t *testing.T) {
 		Volume: decimal.SumOf(p("61.674945886431317500")).AddDecimal(top).AddDecimal(top),
 		QuoteVolume: decimal.Product(p("8356.7124"), p("61.674945886431317500")).
 			Add(decimal.Product(p("0.000000000000000001"), p("0.000000000000000001"))).Add(decimal.Product(top, top)),
-		Trades: 3}
-	if !c.QuoteVolume.IsWide() || !c.Volume.IsWide() {
+		Trades: 3, Taker: true, TakerBuyVolume: decimal.SumOf(top).AddDecimal(top),
+		TakerBuyQuoteVolume: decimal.Product(top, top).Add(decimal.Product(p("0.000000000000000001"), p("0.000000000000000001"))),
+		FirstTradeID:        "1", LastTradeID: "3"}
+	if !c.QuoteVolume.IsWide() || !c.Volume.IsWide() || !c.TakerBuyQuoteVolume.IsWide() {
 		t.Fatal("the test needs wide sums")
 	}
 	s.Active(c)
@@ -38,7 +40,8 @@ func TestExactDecimalsReadBack(t *testing.T) {
 	waitFor(t, 5*time.Second, func() bool { return len(hgetall(t, r, key)) > 0 }, "hash")
 	h := hgetall(t, r, key)
 	for f, want := range map[string]*big.Rat{"o": decimal.SumOf(c.Open).Rat(), "h": decimal.SumOf(c.High).Rat(),
-		"l": decimal.SumOf(c.Low).Rat(), "c": decimal.SumOf(c.Close).Rat(), "v": c.Volume.Rat(), "q": c.QuoteVolume.Rat()} {
+		"l": decimal.SumOf(c.Low).Rat(), "c": decimal.SumOf(c.Close).Rat(), "v": c.Volume.Rat(), "q": c.QuoteVolume.Rat(),
+		"tb": c.TakerBuyVolume.Rat(), "tq": c.TakerBuyQuoteVolume.Rat()} {
 		got, ok := new(big.Rat).SetString(h[f])
 		if !ok || got.Cmp(want) != 0 {
 			t.Fatalf("hash field %s = %q, want %s", f, h[f], want.FloatString(36))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/valkey-io/valkey-go"
 
+	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/connectors/sinkkit"
 )
 
@@ -22,7 +23,7 @@ const (
 )
 
 // finalArgs is the number of ARGV entries per candle of finalScript.
-const finalArgs = 13
+const finalArgs = 17
 
 // finalScript stores a chunk of final candles with a compare-and-set, in
 // order, atomically (Valkey runs a script as one command):
@@ -30,7 +31,7 @@ const finalArgs = 13
 //	KEYS[1]    the active:symbols set
 //	KEYS[1+i]  the hash of candle i
 //	ARGV       per candle: open_time close_time o h l c v q t ttl_ms
-//	           channel message symbol
+//	           channel message symbol tb tq fid lid (see finalArgsOf)
 //
 // A hash whose stored open_time is newer than the candle's keeps its value
 // (the candle is counted stale); otherwise it gets the candle's fields and
@@ -43,7 +44,7 @@ const finalArgs = 13
 const finalScript = `
 local stale, symsOK, bad, syms = 0, 1, {}, {}
 for i = 1, #KEYS - 1 do
-  local k, a = KEYS[i + 1], (i - 1) * 13
+  local k, a = KEYS[i + 1], (i - 1) * 17
   local cur = redis.pcall('HGET', k, 'open_time')
   if type(cur) == 'table' and cur.err then
     bad[#bad + 1] = i
@@ -51,7 +52,8 @@ for i = 1, #KEYS - 1 do
     local stored = cur and tonumber(cur)
     if not stored or stored <= tonumber(ARGV[a + 1]) then
       redis.call('HSET', k, 'o', ARGV[a + 3], 'h', ARGV[a + 4], 'l', ARGV[a + 5], 'c', ARGV[a + 6],
-        'v', ARGV[a + 7], 'q', ARGV[a + 8], 't', ARGV[a + 9], 'open_time', ARGV[a + 1], 'close_time', ARGV[a + 2])
+        'v', ARGV[a + 7], 'q', ARGV[a + 8], 't', ARGV[a + 9], 'open_time', ARGV[a + 1], 'close_time', ARGV[a + 2],
+        'tb', ARGV[a + 14], 'tq', ARGV[a + 15], 'fid', ARGV[a + 16], 'lid', ARGV[a + 17])
       redis.call('PEXPIRE', k, ARGV[a + 10])
     else
       stale = stale + 1
@@ -68,6 +70,15 @@ local out = {stale, symsOK}
 for _, i in ipairs(bad) do out[#out + 1] = i end
 return out
 `
+
+// finalArgsOf appends the finalArgs ARGV entries of c for finalScript.
+func finalArgsOf(args []string, c *candle.Candle, ttlMs int64, channel string, msg []byte) []string {
+	tb, tq, fid, lid := tradeFields(c)
+	return append(args, strconv.FormatInt(c.OpenTime, 10), strconv.FormatInt(c.CloseTime, 10),
+		c.Open.String(), c.High.String(), c.Low.String(), c.Close.String(),
+		c.Volume.String(), c.QuoteVolume.String(), strconv.FormatInt(c.Trades, 10),
+		strconv.FormatInt(ttlMs, 10), channel, string(msg), c.Symbol, tb, tq, fid, lid)
+}
 
 var finalScriptSHA = func() string {
 	h := sha1.Sum([]byte(finalScript)) //nolint:gosec // the script's name, not a secret
@@ -217,10 +228,7 @@ func (s *Sink) storeFinals(ctx context.Context, ch *finalChunk, msg []byte) []by
 		c := &s.buf[i]
 		msg = message(msg, c, true)
 		ch.keys = append(ch.keys, s.names.hash(c.Timeframe, c.Symbol))
-		ch.args = append(ch.args, strconv.FormatInt(c.OpenTime, 10), strconv.FormatInt(c.CloseTime, 10),
-			c.Open.String(), c.High.String(), c.Low.String(), c.Close.String(),
-			c.Volume.String(), c.QuoteVolume.String(), strconv.FormatInt(c.Trades, 10),
-			strconv.FormatInt(ttl(s.ttlMs, c), 10), s.names.channel(c.Timeframe, c.Symbol), string(msg), c.Symbol)
+		ch.args = finalArgsOf(ch.args, c, ttl(s.ttlMs, c), s.names.channel(c.Timeframe, c.Symbol), msg)
 	}
 	var reply []valkey.ValkeyMessage
 	ch.err = s.timed(ctx, kindFinal, func(ctx context.Context) error {

@@ -76,7 +76,7 @@ func mk(sym string, n int64, o, h, l, c, v, q string, trades int64) candle.Candl
 // pubMsg is a published candle.
 type pubMsg struct {
 	candle.Candle
-	Final bool `json:"final"`
+	Final bool
 }
 
 // subscribe listens on channel and returns the messages; it waits until the
@@ -89,12 +89,12 @@ func subscribe(t testing.TB, c valkey.Client, channel string) <-chan pubMsg {
 	go func() {
 		defer close(done)
 		_ = c.Receive(ctx, c.B().Subscribe().Channel(channel).Build(), func(m valkey.PubSubMessage) {
-			var p pubMsg
-			if err := json.Unmarshal([]byte(m.Message), &p); err != nil {
+			msg, err := ParseMessage([]byte(m.Message))
+			if err != nil && !json.Valid([]byte(m.Message)) {
 				t.Errorf("bad message %q: %v", m.Message, err)
 				return
-			}
-			out <- p
+			} // a valid JSON message that is not a candle (an event) gives a zero candle
+			out <- pubMsg{msg.Candle, msg.Final}
 		})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -134,6 +134,7 @@ func wantHash(t testing.TB, got map[string]string, c candle.Candle) {
 	want := map[string]string{"o": c.Open.String(), "h": c.High.String(), "l": c.Low.String(), "c": c.Close.String(),
 		"v": c.Volume.String(), "q": c.QuoteVolume.String(), "t": fmt.Sprint(c.Trades),
 		"open_time": fmt.Sprint(c.OpenTime), "close_time": fmt.Sprint(c.CloseTime)}
+	want["tb"], want["tq"], want["fid"], want["lid"] = tradeFields(&c)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("hash\n got %v\nwant %v", got, want)
 	}

@@ -221,7 +221,7 @@ func idealSend(ctx context.Context, b *testing.B, cl valkey.Client, nm names, cs
 			cmds := make(valkey.Commands, 0, 3*idealPipeline+1)
 			syms := make([]string, 0, idealPipeline)
 			keys := make([]string, 0, idealChunk+1)
-			args := make([]string, 0, 13*idealChunk)
+			args := make([]string, 0, finalArgs*idealChunk)
 			for chunk := range chunks {
 				cmds, syms = cmds[:0], syms[:0]
 				if final && !plain {
@@ -231,10 +231,7 @@ func idealSend(ctx context.Context, b *testing.B, cl valkey.Client, nm names, cs
 							c := &chunk[j]
 							msg = message(msg, c, true)
 							keys = append(keys, nm.hash(c.Timeframe, c.Symbol))
-							args = append(args, strconv.FormatInt(c.OpenTime, 10), strconv.FormatInt(c.CloseTime, 10),
-								c.Open.String(), c.High.String(), c.Low.String(), c.Close.String(),
-								c.Volume.String(), c.QuoteVolume.String(), strconv.FormatInt(c.Trades, 10),
-								strconv.FormatInt(ttl(0, c), 10), nm.channel(c.Timeframe, c.Symbol), string(msg), c.Symbol)
+							args = finalArgsOf(args, c, ttl(0, c), nm.channel(c.Timeframe, c.Symbol), msg)
 						}
 						cmds = append(cmds, bld.Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 					}

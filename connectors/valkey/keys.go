@@ -39,8 +39,10 @@ func message(buf []byte, c *candle.Candle, final bool) []byte {
 	return append(buf, `,"final":false}`...)
 }
 
-// hset builds HSET of the hash fields o h l c v q t open_time close_time.
+// hset builds HSET of the hash fields o h l c v q t open_time close_time
+// tb tq fid lid (see tradeFields).
 func hset(b valkey.Builder, k string, c *candle.Candle) valkey.Completed {
+	tb, tq, fid, lid := tradeFields(c)
 	return b.Hset().Key(k).FieldValue().
 		FieldValue("o", c.Open.String()).
 		FieldValue("h", c.High.String()).
@@ -51,7 +53,19 @@ func hset(b valkey.Builder, k string, c *candle.Candle) valkey.Completed {
 		FieldValue("t", strconv.FormatInt(c.Trades, 10)).
 		FieldValue("open_time", strconv.FormatInt(c.OpenTime, 10)).
 		FieldValue("close_time", strconv.FormatInt(c.CloseTime, 10)).
+		FieldValue("tb", tb).FieldValue("tq", tq).FieldValue("fid", fid).FieldValue("lid", lid).
 		Build()
+}
+
+// tradeFields are the hash fields tb and tq (taker buy base and quote
+// volume, exact text) and fid and lid (first and last trade id). Each is
+// "" when the candle has none: every write sets all four, so a hash never
+// keeps a value of an earlier window.
+func tradeFields(c *candle.Candle) (tb, tq, fid, lid string) {
+	if c.Taker {
+		tb, tq = c.TakerBuyVolume.String(), c.TakerBuyQuoteVolume.String()
+	}
+	return tb, tq, c.FirstTradeID, c.LastTradeID
 }
 
 // ttl returns the hash expiry in ms: the fixed one, or twice the window.

@@ -109,6 +109,18 @@ func hashCandle(symbol, tf string, m map[string]string) (candle.Candle, error) {
 	if c.CloseTime <= c.OpenTime {
 		return c, errors.New("close_time is not after open_time")
 	}
+	// Written by this version: tb tq fid lid, "" for none; a hash of an
+	// older one has none of them.
+	if m["tb"] != "" || m["tq"] != "" {
+		c.Taker = true
+		if c.TakerBuyVolume, err = decimal.ParseSum([]byte(m["tb"])); err == nil {
+			c.TakerBuyQuoteVolume, err = decimal.ParseSum([]byte(m["tq"]))
+		}
+		if err != nil {
+			return c, fmt.Errorf("fields tb %q, tq %q: %w", m["tb"], m["tq"], err)
+		}
+	}
+	c.FirstTradeID, c.LastTradeID = m["fid"], m["lid"]
 	// A hash has no gap field: a window without trades is a gap candle.
 	c.Gap = c.Trades == 0
 	return c, nil

@@ -26,7 +26,8 @@ func TestReader(t *testing.T) {
 	defer r.Close()
 	c := candle.Candle{Symbol: "BTC/USDT", Timeframe: "1m", OpenTime: 10 * minute, CloseTime: 11 * minute,
 		Open: decimal.MustParse("1.5"), High: decimal.MustParse("2.000000000000000001"), Low: decimal.MustParse("1"),
-		Close: decimal.MustParse("1.25"), Volume: decimal.MustParseSum("0.3"), QuoteVolume: decimal.MustParseSum("0.45"), Trades: 3}
+		Close: decimal.MustParse("1.25"), Volume: decimal.MustParseSum("0.3"), QuoteVolume: decimal.MustParseSum("0.45"), Trades: 3,
+		Taker: true, TakerBuyVolume: decimal.MustParseSum("0.1"), TakerBuyQuoteVolume: decimal.MustParseSum("0.15"), FirstTradeID: "7", LastTradeID: "9"}
 	s.Active(c)
 	if err := s.FlushActive(ctx); err != nil {
 		t.Fatal(err)
@@ -59,7 +60,8 @@ func TestReader(t *testing.T) {
 		return err == nil && n["pub:candle:1m:BTC/USDT"] == 1
 	}, "one subscriber on the channel")
 	next := c
-	next.Trades, next.Close = 4, decimal.MustParse("1.75")
+	next.Trades, next.Close, next.LastTradeID = 4, decimal.MustParse("1.75"), "10"
+	next.TakerBuyVolume, next.TakerBuyQuoteVolume = decimal.MustParseSum("0.2"), decimal.MustParseSum("0.325")
 	s.Active(next)
 	// The live and the final path are independent (the sink does not order
 	// a live update before a final written after it), so the final is
@@ -90,6 +92,31 @@ func TestReader(t *testing.T) {
 		t.Errorf("final flags: %v, %v", msgs[0].Final, msgs[len(msgs)-1].Final)
 	}
 	mu.Unlock()
+	// The final's hash (written by the finals script) holds the taker
+	// volumes and ids; a later window without them leaves none behind.
+	if got, ok, err := r.Active(ctx, "BTC/USDT", "1m"); err != nil || !ok || got != next {
+		t.Fatalf("active after the final: %+v %v %v; want %+v", got, ok, err, next)
+	}
+	plain := candle.Candle{Symbol: "BTC/USDT", Timeframe: "1m", OpenTime: 11 * minute, CloseTime: 12 * minute,
+		Open: decimal.MustParse("2"), High: decimal.MustParse("2"), Low: decimal.MustParse("2"), Close: decimal.MustParse("2"),
+		Volume: decimal.MustParseSum("1"), QuoteVolume: decimal.MustParseSum("2"), Trades: 1}
+	for _, final := range []bool{false, true} {
+		if final {
+			err = s.Write(ctx, []candle.Candle{plain})
+			if err == nil {
+				err = s.Flush(ctx)
+			}
+		} else {
+			s.Active(plain)
+			err = s.FlushActive(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok, err := r.Active(ctx, "BTC/USDT", "1m"); err != nil || !ok || got != plain {
+			t.Fatalf("active (final %v) of a candle without taker volumes or ids: %+v %v %v; want %+v", final, got, ok, err, plain)
+		}
+	}
 	// The server goes away and comes back: Run reconnects and subscribes
 	// the set again, so updates flow without anyone asking.
 	srv.Stop()

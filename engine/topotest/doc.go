@@ -54,8 +54,9 @@
 //
 // Expectations compare only the fields they give: symbol, timeframe,
 // open_time, close_time (RFC 3339 or epoch ms), open, high, low, close,
-// volume, quote_volume (exact decimals: "1" equals "1.0"), trades and gap for
-// candles; stage, reason, partition, offset, key and detail (a substring)
+// volume, quote_volume (exact decimals: "1" equals "1.0"), trades, gap,
+// taker_buy_base_volume, taker_buy_quote_volume (null: the candle has none)
+// and first_trade_id, last_trade_id (null: none) for candles; stage, reason, partition, offset, key and detail (a substring)
 // for dead letters. Only the processors listed under expect are checked, and
 // dead letters only when dead_letters is listed (write `dead_letters: []` to
 // assert there are none). With expect_exactly (the default) a checked list

@@ -1,6 +1,7 @@
 package topotest
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,12 +28,18 @@ const (
 	fQuoteVolume
 	fTrades
 	fGap
+	fTakerBase
+	fTakerQuote
+	fFirstID
+	fLastID
 )
 
 var candleFields = map[string]int{
 	"symbol": fSymbol, "timeframe": fTimeframe, "open_time": fOpenTime, "close_time": fCloseTime,
 	"open": fOpen, "high": fHigh, "low": fLow, "close": fClose, "volume": fVolume,
 	"quote_volume": fQuoteVolume, "trades": fTrades, "gap": fGap,
+	"taker_buy_base_volume": fTakerBase, "taker_buy_quote_volume": fTakerQuote,
+	"first_trade_id": fFirstID, "last_trade_id": fLastID,
 }
 
 // wantCandle is an expected candle: the fields in set are compared.
@@ -91,6 +98,29 @@ func parseWantCandle(n *yaml.Node) (wantCandle, error) {
 			if w.c.Gap, err = strconv.ParseBool(strings.ToLower(v.Value)); err != nil {
 				err = errAt(v, "gap must be true or false, not %q", v.Value)
 			}
+		case fTakerBase, fTakerQuote: // null: the candle has no taker volumes
+			var s decimal.Sum
+			if v.Tag != "!!null" {
+				if s, err = decimal.ParseSum([]byte(v.Value)); err != nil {
+					err = errAt(v, "%s: %q is not a decimal number (or null: none)", k.Value, v.Value)
+				}
+				w.c.Taker = true
+			}
+			if bit == fTakerBase {
+				w.c.TakerBuyVolume = s
+			} else {
+				w.c.TakerBuyQuoteVolume = s
+			}
+		case fFirstID, fLastID: // null: none
+			id := v.Value
+			if v.Tag == "!!null" {
+				id = ""
+			}
+			if bit == fFirstID {
+				w.c.FirstTradeID = id
+			} else {
+				w.c.LastTradeID = id
+			}
 		}
 		if err != nil {
 			return w, err
@@ -137,6 +167,23 @@ func (w *wantCandle) mismatches(got *candle.Candle) []string {
 	}
 	add(fTrades, "trades", strconv.FormatInt(c.Trades, 10), strconv.FormatInt(got.Trades, 10), c.Trades == got.Trades)
 	add(fGap, "gap", strconv.FormatBool(c.Gap), strconv.FormatBool(got.Gap), c.Gap == got.Gap)
+	taker := func(has bool, s decimal.Sum) string {
+		if !has {
+			return "null"
+		}
+		return s.String()
+	}
+	for _, d := range []struct {
+		bit       int
+		name      string
+		want, got decimal.Sum
+	}{{fTakerBase, "taker_buy_base_volume", c.TakerBuyVolume, got.TakerBuyVolume},
+		{fTakerQuote, "taker_buy_quote_volume", c.TakerBuyQuoteVolume, got.TakerBuyQuoteVolume}} {
+		add(d.bit, d.name, taker(c.Taker, d.want), taker(got.Taker, d.got), c.Taker == got.Taker && d.want.Cmp(d.got) == 0)
+	}
+	id := func(s string) string { return cmp.Or(s, "null") }
+	add(fFirstID, "first_trade_id", id(c.FirstTradeID), id(got.FirstTradeID), c.FirstTradeID == got.FirstTradeID)
+	add(fLastID, "last_trade_id", id(c.LastTradeID), id(got.LastTradeID), c.LastTradeID == got.LastTradeID)
 	return out
 }
 
@@ -171,6 +218,10 @@ func (w *wantCandle) String() string {
 	opt(fVolume, "v="+c.Volume.String())
 	opt(fQuoteVolume, "q="+c.QuoteVolume.String())
 	opt(fTrades, "n="+strconv.FormatInt(c.Trades, 10))
+	opt(fTakerBase, "tb="+c.TakerBuyVolume.String())
+	opt(fTakerQuote, "tq="+c.TakerBuyQuoteVolume.String())
+	opt(fFirstID, "first_id="+c.FirstTradeID)
+	opt(fLastID, "last_id="+c.LastTradeID)
 	if s&fGap != 0 {
 		if c.Gap {
 			parts = append(parts, "gap")
@@ -185,6 +236,12 @@ func (w *wantCandle) String() string {
 func formatCandle(c *candle.Candle) string {
 	s := fmt.Sprintf("%s %s %s o=%s h=%s l=%s c=%s v=%s q=%s n=%d", c.Symbol, c.Timeframe, fmtTime(c.OpenTime),
 		c.Open, c.High, c.Low, c.Close, c.Volume, c.QuoteVolume, c.Trades)
+	if c.Taker {
+		s += fmt.Sprintf(" tb=%s tq=%s", c.TakerBuyVolume, c.TakerBuyQuoteVolume)
+	}
+	if c.FirstTradeID != "" || c.LastTradeID != "" {
+		s += fmt.Sprintf(" first_id=%s last_id=%s", c.FirstTradeID, c.LastTradeID)
+	}
 	if c.Gap {
 		s += " gap"
 	}

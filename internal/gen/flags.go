@@ -28,6 +28,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Fields.Price, "field-price", c.Fields.Price, "JSON field name of the price")
 	fs.StringVar(&c.Fields.Qty, "field-qty", c.Fields.Qty, "JSON field name of the quantity")
 	fs.StringVar(&c.Fields.ID, "field-id", c.Fields.ID, "JSON field name of the trade id")
+	fs.StringVar(&c.Fields.Side, "field-side", c.Fields.Side, "JSON field name of the aggressor side, \"buy\" or \"sell\" (empty = no side)")
 }
 
 type listFlag []string

@@ -27,9 +27,12 @@ import (
 // instant, so that output does not depend on the wall clock.
 var DefaultStart = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// Fields names the JSON fields of a trade.
+// Fields names the JSON fields of a trade. Side "" writes no aggressor
+// side; else each trade carries "buy" or "sell" by the tick rule: a trade
+// that moves its symbol's price up was bought by the taker, one that moves
+// it down sold, an unchanged price alternates.
 type Fields struct {
-	Key, TS, Price, Qty, ID string
+	Key, TS, Price, Qty, ID, Side string
 }
 
 // Config describes a stream. Start from DefaultConfig: zero values are taken
@@ -76,7 +79,7 @@ func DefaultConfig() Config {
 		PriceDecimals: 2,
 		QtyDecimals:   4,
 		TimeFormat:    "ms",
-		Fields:        Fields{Key: "symbol", TS: "ts", Price: "price", Qty: "qty", ID: "trade_id"},
+		Fields:        Fields{Key: "symbol", TS: "ts", Price: "price", Qty: "qty", ID: "trade_id", Side: "side"},
 	}
 }
 
@@ -139,7 +142,7 @@ type Generator struct {
 	stepMs  int64 // otherwise: fixed step per record (may be 0 at high rates)
 	stepNs  int64
 	disMs   int64
-	names   [5][]byte // `"field":` prefixes: key, ts, price, qty, id
+	names   [6][]byte // `"field":` prefixes: key, ts, price, qty, id, side
 	i       int
 	kind    Kind
 	counts  Counts
@@ -178,11 +181,11 @@ func New(cfg Config) (*Generator, error) {
 		return nil, fmt.Errorf("gen: time format %q: want ms or rfc3339", cfg.TimeFormat)
 	}
 	f := cfg.Fields
-	names := []string{f.Key, f.TS, f.Price, f.Qty, f.ID}
+	names := []string{f.Key, f.TS, f.Price, f.Qty, f.ID, f.Side}
 	seen := map[string]bool{}
-	for _, n := range names {
-		if n == "" || seen[n] {
-			return nil, fmt.Errorf("gen: field names %q must be non-empty and distinct", names)
+	for i, n := range names {
+		if (n == "" && i < 5) || (n != "" && seen[n]) {
+			return nil, fmt.Errorf("gen: field names %q must be distinct and non-empty (but for side)", names)
 		}
 		seen[n] = true
 	}
@@ -327,6 +330,15 @@ func (g *Generator) trade(s *symbolState, ts int64) []byte {
 	b = append(b, "\","...)
 	b = append(b, g.names[4]...)
 	b = strconv.AppendInt(b, s.nextID, 10)
+	if g.cfg.Fields.Side != "" { // the tick rule, drawing nothing from rng (streams stay as they were)
+		b = append(b, ',')
+		b = append(b, g.names[5]...)
+		if r > 0 || (r == 0 && s.nextID%2 == 0) {
+			b = append(b, `"buy"`...)
+		} else {
+			b = append(b, `"sell"`...)
+		}
+	}
 	b = append(b, '}')
 	s.nextID++
 	if len(s.history) < historyLen {

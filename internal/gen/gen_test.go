@@ -67,15 +67,23 @@ type parsed struct {
 	price decimal.Decimal
 	qty   decimal.Decimal
 	id    int64
+	side  string // "" when the stream has no side field
 }
 
 // parseTrade is a strict reader of a valid trade; malformed records fail it.
 func parseTrade(v []byte, f Fields) (parsed, bool) {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(v, &m) != nil || len(m) != 5 {
+	want := 5
+	if f.Side != "" {
+		want = 6
+	}
+	if json.Unmarshal(v, &m) != nil || len(m) != want {
 		return parsed{}, false
 	}
 	var p parsed
+	if f.Side != "" && (json.Unmarshal(m[f.Side], &p.side) != nil || (p.side != "buy" && p.side != "sell")) {
+		return parsed{}, false
+	}
 	var price, qty string
 	if json.Unmarshal(m[f.Key], &p.sym) != nil || json.Unmarshal(m[f.Price], &price) != nil ||
 		json.Unmarshal(m[f.Qty], &qty) != nil || json.Unmarshal(m[f.ID], &p.id) != nil {
@@ -343,7 +351,7 @@ func TestRegisterFlags(t *testing.T) {
 		"-symbols", "AAA, BBB", "-count", "7", "-rate", "2.5", "-start", "2025-01-02T03:04:05Z",
 		"-span", "1m", "-seed", "99", "-start-price", "1.5", "-price-decimals", "4", "-qty-decimals", "1",
 		"-disorder", "3s", "-dup-rate", "0.1", "-malformed-rate", "0.2", "-time-format", "rfc3339",
-		"-field-key", "k", "-field-ts", "t", "-field-price", "p", "-field-qty", "q", "-field-id", "i",
+		"-field-key", "k", "-field-ts", "t", "-field-price", "p", "-field-qty", "q", "-field-id", "i", "-field-side", "",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +359,7 @@ func TestRegisterFlags(t *testing.T) {
 	want := Config{
 		Symbols: []string{"AAA", "BBB"}, Count: 7, Rate: 2.5, Start: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 		Span: time.Minute, Seed: 99, StartPrice: "1.5", PriceDecimals: 4, QtyDecimals: 1, Disorder: 3 * time.Second,
-		DupRate: 0.1, MalformedRate: 0.2, TimeFormat: "rfc3339", Fields: Fields{"k", "t", "p", "q", "i"},
+		DupRate: 0.1, MalformedRate: 0.2, TimeFormat: "rfc3339", Fields: Fields{"k", "t", "p", "q", "i", ""},
 	}
 	got, _ := json.Marshal(cfg)
 	exp, _ := json.Marshal(want)
@@ -360,8 +368,8 @@ func TestRegisterFlags(t *testing.T) {
 	}
 	n := 0
 	fs.VisitAll(func(*flag.Flag) { n++ })
-	if n != 18 {
-		t.Errorf("%d flags, want one per field (18)", n)
+	if n != 19 {
+		t.Errorf("%d flags, want one per field (19)", n)
 	}
 	if _, err := New(cfg); err != nil {
 		t.Fatalf("config from flags: %v", err)
@@ -388,5 +396,36 @@ func BenchmarkNext(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		g.Next()
+	}
+}
+
+// The default stream carries an aggressor side by the tick rule: a trade
+// that raises its symbol's price is a buy, one that lowers it a sell.
+func TestSideByTickRule(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Count = 2000
+	last := map[string]decimal.Decimal{}
+	sides := map[string]int{}
+	for i, r := range all(t, cfg) {
+		p, ok := parseTrade(r[1], cfg.Fields)
+		if !ok {
+			t.Fatalf("record %d invalid: %s", i, r[1])
+		}
+		sides[p.side]++
+		if prev, seen := last[p.sym]; seen {
+			if c := p.price.Cmp(prev); (c > 0 && p.side != "buy") || (c < 0 && p.side != "sell") {
+				t.Fatalf("record %d: price %s after %s is a %s", i, p.price, prev, p.side)
+			}
+		}
+		last[p.sym] = p.price
+	}
+	if sides["buy"] < 500 || sides["sell"] < 500 {
+		t.Fatalf("sides %v: want both, often", sides)
+	}
+	cfg.Fields.Side = ""
+	for i, r := range all(t, cfg) {
+		if strings.Contains(string(r[1]), "side") {
+			t.Fatalf("record %d has a side without a side field: %s", i, r[1])
+		}
 	}
 }

@@ -49,7 +49,10 @@
     if (!b) { $("legend").textContent = "no candles yet"; return; }
     const c = b.c;
     $("legend").textContent = `O ${c.open} H ${c.high} L ${c.low} C ${c.close} V ${c.volume} QV ${c.quote_volume}` +
-      ` VWAP ${c.vwap == null ? "–" : c.vwap} trades ${c.trades}` + (c.gap ? " gap" : "") + (c.final ? "" : " (open)");
+      ` VWAP ${c.vwap == null ? "–" : c.vwap} trades ${c.trades}` +
+      // Taker buy volume: only for series whose source maps the aggressor side.
+      (c.taker_buy_base_volume == null ? "" : ` taker buy ${c.taker_buy_base_volume} (QV ${c.taker_buy_quote_volume})`) +
+      (c.gap ? " gap" : "") + (c.final ? "" : " (open)");
   }
   let hovered = null;
   chart.subscribeCrosshairMove((p) => {
