@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -668,7 +669,10 @@ type shardRanges struct {
 	byID   map[string]hashRange
 }
 
-type hashRange struct{ lo, hi *big.Int }
+type hashRange struct {
+	lo, hi  *big.Int
+	parents []string // the shard's parents the listing holds (older ones were trimmed)
+}
 
 func (r hashRange) owns(key string) bool {
 	sum := md5.Sum([]byte(key))
@@ -700,13 +704,23 @@ func (s *shardRanges) get(ctx context.Context, id string) (hashRange, error) {
 			lo, ok1 := new(big.Int).SetString(*sh.HashKeyRange.StartingHashKey, 10)
 			hi, ok2 := new(big.Int).SetString(*sh.HashKeyRange.EndingHashKey, 10)
 			if ok1 && ok2 {
-				s.byID[*sh.ShardId] = hashRange{lo, hi}
+				r := hashRange{lo: lo, hi: hi}
+				for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
+					if p != nil {
+						r.parents = append(r.parents, *p)
+					}
+				}
+				s.byID[*sh.ShardId] = r
 			}
 		}
 		if out.NextToken == nil {
 			break
 		}
 		next = out.NextToken
+	}
+	for id, r := range s.byID {
+		r.parents = slices.DeleteFunc(r.parents, func(p string) bool { _, listed := s.byID[p]; return !listed })
+		s.byID[id] = r
 	}
 	r, ok := s.byID[id]
 	if !ok {
