@@ -168,7 +168,7 @@ func TestKinesisReplayHandsOverUntouchedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	const devices, quiet = 24, 12 // dev-000…dev-011 report before the split only
-	base := time.Now().Truncate(10*time.Second).Add(-time.Minute).UnixMilli()
+	base := time.Now().Truncate(10 * time.Second).Add(-time.Minute).UnixMilli()
 	var sent [][2][]byte
 	put := func(from, to int, secs ...int64) {
 		t.Helper()
