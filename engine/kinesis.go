@@ -294,6 +294,12 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 		return "", err
 	}
 	sh.cl = cl
+	opened := false
+	defer func() {
+		if !opened { // an error, or a panic on its way to Open's recovery
+			cl.Close()
+		}
+	}()
 	if s.Lease != nil {
 		k.mu.Lock()
 		k.snapHints[s.ID] = s.Lease.LastMeta()
@@ -302,7 +308,6 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 	start := time.Now()
 	st, err := k.loadUnit(ctx, cl, s.ID)
 	if err != nil {
-		cl.Close()
 		return "", fmt.Errorf("restore shard %s: %w", s.ID, err)
 	}
 	k.e.m.restoreSecs.WithLabelValues(k.spec.Name).Observe(time.Since(start).Seconds())
@@ -311,19 +316,18 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 	sh.snap, sh.sinceSnap, sh.liveKeys = st.snap, int64(st.mine), len(entries)
 	if !found && len(s.Parents) > 0 {
 		if entries, err = k.handoff(ctx, cl, s); err != nil {
-			cl.Close()
 			return "", fmt.Errorf("hand shard %s its parents' keys: %w", s.ID, err)
 		}
 		sh.handoff = entries
 	}
 	if sh.proc, err = restoreProcessor(k.spec, true, k.e.clock, entries); err != nil {
-		cl.Close()
 		return "", err
 	}
 	sh.seq, sh.ordinal = pr.seq, pr.next
 	k.mu.Lock()
 	k.shards[s.ID] = sh
 	k.mu.Unlock()
+	opened = true
 	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff),
 		"changelog_records", st.records, "from_snapshot", st.snap.valid(), "took", time.Since(start))
 	return sh.seq, nil
