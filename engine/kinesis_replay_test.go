@@ -41,23 +41,10 @@ dead_letter: {topic: kinrange.dlq}
 // layout that only ever received the records put before TIME: a full replay
 // of it must give the same candles and dead letters.
 func TestKinesisReplayToTime(t *testing.T) {
-	awsTestEnv(t)
-	kin := testkit.KinesisMock(t, "ticks:2,before:2")
+	kin, client := kinesisMockClient(t, "ticks:2,before:2")
 	ctx := context.Background()
-	client, _, err := kkin.NewClients(ctx, "us-east-1", kin.URL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	load := func(stream string) *topology.Topology {
-		path := filepath.Join(t.TempDir(), stream+".yaml")
-		if err := os.WriteFile(path, fmt.Appendf(nil, kinesisReplayTopology, stream, kin.URL()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		top, err := topology.Load(path, topology.Registry{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return top
+		return loadTopologyText(t, fmt.Sprintf(kinesisReplayTopology, stream, kin.URL()))
 	}
 	cfg := gen.DefaultConfig()
 	cfg.Symbols = []string{"BTC", "ETH", "SOL", "ADA", "DOT"}
@@ -152,21 +139,9 @@ dead_letter: {topic: kinhand.dlq}
 // candles included. Event times are set, not the clock's: the result is
 // the same on every run.
 func TestKinesisReplayHandsOverUntouchedKeys(t *testing.T) {
-	awsTestEnv(t)
-	kin := testkit.KinesisMock(t, "dev:1")
+	kin, client := kinesisMockClient(t, "dev:1")
 	ctx := context.Background()
-	client, _, err := kkin.NewClients(ctx, "us-east-1", kin.URL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "topology.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, kinesisReshardReplayTopology, kin.URL()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	top, err := topology.Load(path, topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	top := loadTopologyText(t, fmt.Sprintf(kinesisReshardReplayTopology, kin.URL()))
 	const devices, quiet = 24, 12 // dev-000…dev-011 report before the split only
 	base := time.Now().Truncate(10 * time.Second).Add(-time.Minute).UnixMilli()
 	var sent [][2][]byte
@@ -234,4 +209,31 @@ func TestKinesisReplayHandsOverUntouchedKeys(t *testing.T) {
 		t.Fatalf("replay across a split and a merge differs from one partition (%d 10s candles, %d multi-metric):\n%s",
 			len(oracle["kh.t10s"]), len(oracle["kh.m10s"]), diff)
 	}
+}
+
+// kinesisMockClient starts the Kinesis emulator with streams
+// ("name:shards,…") and returns it with a client.
+func kinesisMockClient(t *testing.T, streams string) (*testkit.Service, *awskinesis.Client) {
+	t.Helper()
+	awsTestEnv(t)
+	kin := testkit.KinesisMock(t, streams)
+	client, _, err := kkin.NewClients(context.Background(), "us-east-1", kin.URL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kin, client
+}
+
+// loadTopologyText writes text to a topology file and loads it.
+func loadTopologyText(t *testing.T, text string) *topology.Topology {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "topology.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	top, err := topology.Load(path, topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top
 }
