@@ -100,7 +100,9 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		}
 		time.Sleep(time.Second)
 	}
-	if len(want["k.1s"]) < 10*10 { // 14 s of trades, closed up to 2 s (lateness) before the last
+	// 14 s of trades, closed up to 2 s (lateness) before the last; a
+	// starved producer (-race, a loaded machine) puts 11-12 s of them.
+	if len(want["k.1s"]) < 10*8 {
 		t.Fatalf("only %d 1s candles", len(want["k.1s"]))
 	}
 	checkKinesisOffsets(t, top, seeds, *sh.ShardId)
