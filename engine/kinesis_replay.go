@@ -47,7 +47,7 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 		return 0, fmt.Errorf("replay: Kinesis sources take --to end or a time, not an offset (sequence numbers differ per shard)")
 	}
 	ranges := newShardRanges(kin, kc.Stream)
-	// state mirrors each (stage, shard) processor's committed entries, for
+	// mirror holds each (stage, shard) processor's committed entries, for
 	// handoffs: what the shard started from (its parents' handed-over keys)
 	// with every change of its processor applied, as the live shard's
 	// changelog holds them.
