@@ -37,7 +37,7 @@ test: deps
 ## (-race -tags invariants; see internal/invariant): decimal, candle, topology, processors, state and the
 ## internal helpers (about 10 minutes on 2 cores, processors most of it), then the engine's restore,
 ## restart and Kinesis tests (RACE_ENGINE_RUN: shard restores and handoffs, splits and merges, killed
-## instances; about 8 minutes more). The rest of the engine, the connectors and the commands are left
+## instances; about 5 minutes more). The rest of the engine, the connectors and the commands are left
 ## out (their end-to-end tests run 5-10x slower under -race), and so is the Kinesis snapshot test
 ## (RACE_ENGINE_SKIP: its 27,600 live candles do not keep up under -race); run one with e.g.
 ## make race RACE_PKGS=./connectors/kinesis RACE_RUN=TestKinesis RACE_ENGINE_RUN=Ghost
