@@ -66,6 +66,15 @@
 // snapshot, or an older one; either is a valid start (below), and a marker
 // that is no longer there sends the restore to the changelog's start.
 //
+// A Kinesis child shard (a split or merge) starts from its parents' final
+// state: the consumer lets a child's lease be taken only once every
+// parent's lease is checkpointed SHARD_END, which a parent's owner writes
+// after End, after the parent's last commit; a child that ends before its
+// first commit commits what it was handed in End, so its own children find
+// it. The child reads each parent with a barrier of its own producer; the
+// two children of a split open together, and the restores of one shard on
+// an instance take turns, so the parent's Pebble position only grows.
+//
 // A new source plugs in as a driver: it maps its units onto unitRef (a
 // Pebble namespace and partition, a changelog partition and a key prefix),
 // gives restoreUnit its unitIO (how to write a barrier, read the changelog

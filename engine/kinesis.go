@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,9 +62,10 @@ type kinesisStage struct {
 
 	mu        sync.Mutex
 	shards    map[string]*shardState
-	snapHints map[string]string // shard → its lease's checkpoint metadata when taken: its last snapshot
-	snapSeq   atomic.Int64      // snapshots made (tokens)
-	started   time.Time         // when the stage was made: part of its snapshot tokens
+	snapHints map[string]string    // shard → its lease's checkpoint metadata when taken: its last snapshot
+	restoring map[string]*unitLock // shard → the lock its restores on this instance take (lockUnit)
+	snapSeq   atomic.Int64         // snapshots made (tokens)
+	started   time.Time            // when the stage was made: part of its snapshot tokens
 }
 
 type shardState struct {
@@ -104,7 +106,7 @@ type shardState struct {
 func newKinesisStage(e *Engine, spec *stageSpec, src *topology.Source) (*kinesisStage, error) {
 	k := &kinesisStage{spec: spec, e: e, src: src, log: e.log.With("stage", spec.Name),
 		changelog: e.g.changelogTopic(spec.Name), clParts: max(src.Partitions, 1), shards: map[string]*shardState{},
-		snapHints: map[string]string{}, started: time.Now(),
+		snapHints: map[string]string{}, restoring: map[string]*unitLock{}, started: time.Now(),
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
 	k.em = &emitter{e: e, spec: spec, input: src.Kinesis.Stream, log: k.log}
@@ -292,6 +294,12 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 		return "", err
 	}
 	sh.cl = cl
+	opened := false
+	defer func() {
+		if !opened { // an error, or a panic on its way to Open's recovery
+			cl.Close()
+		}
+	}()
 	if s.Lease != nil {
 		k.mu.Lock()
 		k.snapHints[s.ID] = s.Lease.LastMeta()
@@ -300,7 +308,6 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 	start := time.Now()
 	st, err := k.loadUnit(ctx, cl, s.ID)
 	if err != nil {
-		cl.Close()
 		return "", fmt.Errorf("restore shard %s: %w", s.ID, err)
 	}
 	k.e.m.restoreSecs.WithLabelValues(k.spec.Name).Observe(time.Since(start).Seconds())
@@ -309,19 +316,18 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 	sh.snap, sh.sinceSnap, sh.liveKeys = st.snap, int64(st.mine), len(entries)
 	if !found && len(s.Parents) > 0 {
 		if entries, err = k.handoff(ctx, cl, s); err != nil {
-			cl.Close()
 			return "", fmt.Errorf("hand shard %s its parents' keys: %w", s.ID, err)
 		}
 		sh.handoff = entries
 	}
 	if sh.proc, err = restoreProcessor(k.spec, true, k.e.clock, entries); err != nil {
-		cl.Close()
 		return "", err
 	}
 	sh.seq, sh.ordinal = pr.seq, pr.next
 	k.mu.Lock()
 	k.shards[s.ID] = sh
 	k.mu.Unlock()
+	opened = true
 	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff),
 		"changelog_records", st.records, "from_snapshot", st.snap.valid(), "took", time.Since(start))
 	return sh.seq, nil
@@ -400,8 +406,30 @@ func (k *kinesisStage) records(ctx context.Context, s kinesis.Shard, b kinesis.B
 }
 
 // End is called after the shard was read to its end: its final state stays
-// in the changelog for the children.
-func (k *kinesisStage) End(_ context.Context, s kinesis.Shard, children []string) error {
+// in the changelog for the children. A child shard that ends before its
+// first commit (no record reached it, nothing closed by idle advance)
+// commits the keys its parents handed it now: its own children take them
+// from its changelog, and would otherwise start without them. The consumer
+// checkpoints SHARD_END, which lets the children start, only after End
+// returns: an error leaves the shard to be opened and ended again.
+func (k *kinesisStage) End(ctx context.Context, s kinesis.Shard, children []string) error {
+	if sh := k.shard(s.ID); sh != nil {
+		err := k.e.recovered(k.spec.Name, func() error {
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			switch {
+			case sh.failed != nil:
+				return sh.failed
+			case sh.handoff == nil || sh.cl == nil:
+				return nil
+			}
+			sh.out.Reset()
+			return k.commit(ctx, sh, sh.seq)
+		})
+		if err != nil {
+			return fmt.Errorf("shard %s: commit the state its parents handed it: %w", s.ID, err)
+		}
+	}
 	k.log.Info("shard ended", "shard", s.ID, "children", children)
 	k.close(s.ID)
 	return nil
@@ -559,7 +587,14 @@ func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string)
 // loadUnit is loadShard with the whole unitState. An empty disk reads the
 // changelog from the snapshot the shard's lease checkpoint names (see
 // snapshotHint), when there is one.
+//
+// Restores of one shard on this instance run one at a time: each writes
+// the shard's Pebble range up to its own barrier, and the two children of
+// a split open together and both read their parent. Run together, the one
+// with the earlier barrier could write last and move the parent's Pebble
+// position back to before the other's barrier.
 func (k *kinesisStage) loadUnit(ctx context.Context, cl *kgo.Client, id string) (unitState, error) {
+	defer k.lockUnit(id)()
 	u := k.unit(id)
 	return k.e.restoreUnit(ctx, u, unitIO{
 		changelog: k.changelog, log: k.log.With("shard", id),
@@ -602,6 +637,34 @@ func (k *kinesisStage) loadUnit(ctx context.Context, cl *kgo.Client, id string) 
 			return parseSnapMeta(k.snapHints[id])
 		},
 	}, true)
+}
+
+// lockUnit locks the restore of shard id on this instance and returns
+// the unlock.
+func (k *kinesisStage) lockUnit(id string) func() {
+	k.mu.Lock()
+	l := k.restoring[id]
+	if l == nil {
+		l = &unitLock{}
+		k.restoring[id] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.restoring, id)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// unitLock serialises the restores of one shard (lockUnit).
+type unitLock struct {
+	mu    sync.Mutex
+	users int // holders and waiters, guarded by kinesisStage.mu
 }
 
 // unit names where shard id's state lives: its Pebble range, and its keys
@@ -668,7 +731,10 @@ type shardRanges struct {
 	byID   map[string]hashRange
 }
 
-type hashRange struct{ lo, hi *big.Int }
+type hashRange struct {
+	lo, hi  *big.Int
+	parents []string // the shard's parents the listing holds (older ones were trimmed)
+}
 
 func (r hashRange) owns(key string) bool {
 	sum := md5.Sum([]byte(key))
@@ -700,13 +766,23 @@ func (s *shardRanges) get(ctx context.Context, id string) (hashRange, error) {
 			lo, ok1 := new(big.Int).SetString(*sh.HashKeyRange.StartingHashKey, 10)
 			hi, ok2 := new(big.Int).SetString(*sh.HashKeyRange.EndingHashKey, 10)
 			if ok1 && ok2 {
-				s.byID[*sh.ShardId] = hashRange{lo, hi}
+				r := hashRange{lo: lo, hi: hi}
+				for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
+					if p != nil {
+						r.parents = append(r.parents, *p)
+					}
+				}
+				s.byID[*sh.ShardId] = r
 			}
 		}
 		if out.NextToken == nil {
 			break
 		}
 		next = out.NextToken
+	}
+	for id, r := range s.byID {
+		r.parents = slices.DeleteFunc(r.parents, func(p string) bool { _, listed := s.byID[p]; return !listed })
+		s.byID[id] = r
 	}
 	r, ok := s.byID[id]
 	if !ok {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/kandle/kandle/connectors/kinesis"
@@ -46,12 +47,57 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 		return 0, fmt.Errorf("replay: Kinesis sources take --to end or a time, not an offset (sequence numbers differ per shard)")
 	}
 	ranges := newShardRanges(kin, kc.Stream)
-	// state mirrors each (stage, shard) processor's entries, for handoffs.
+	// mirror holds each (stage, shard) processor's committed entries, for
+	// handoffs: what the shard started from (its parents' handed-over keys)
+	// with every change of its processor applied, as the live shard's
+	// changelog holds them.
 	type stageShard struct {
 		stage *stageSpec
 		shard string
 	}
 	mirror := map[stageShard]map[string][]byte{}
+	// stateOf is the state shard id of stage st ended with. A shard with no
+	// record to replay has none of its own: it holds what its parents
+	// handed it (the live stage commits that handoff when the shard ends),
+	// and its children take their keys from that.
+	var stateOf func(st *stageSpec, id string) (map[string][]byte, error)
+	handed := func(st *stageSpec, id string) (map[string][]byte, error) {
+		rng, err := ranges.get(ctx, id)
+		if err != nil || len(rng.parents) == 0 {
+			return nil, err
+		}
+		r, err := resharderOf(g.top, st)
+		if err != nil {
+			return nil, err
+		}
+		var parents []map[string][]byte
+		for _, par := range rng.parents {
+			pm, err := stateOf(st, par)
+			if err != nil {
+				return nil, err
+			}
+			parents = append(parents, pm)
+		}
+		entries, _, err := processors.HandOver(r, parents, rng.owns)
+		if err != nil {
+			return nil, fmt.Errorf("hand shard %s its parents' keys: %w", id, err)
+		}
+		return entries, nil
+	}
+	stateOf = func(st *stageSpec, id string) (map[string][]byte, error) {
+		if m, ok := mirror[stageShard{st, id}]; ok {
+			return m, nil
+		}
+		m, err := handed(st, id)
+		if err != nil {
+			return nil, err
+		}
+		if m == nil {
+			m = map[string][]byte{}
+		}
+		mirror[stageShard{st, id}] = m
+		return m, nil
+	}
 	ordinal := map[string]int64{}
 	seen := map[string]bool{}
 	var n int64
@@ -59,27 +105,21 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 		part := shardNumber(s.ID)
 		if !seen[s.ID] {
 			seen[s.ID] = true
-			if len(s.Parents) > 0 {
-				rng, err := ranges.get(ctx, s.ID)
+			for _, st := range stages {
+				// The processor starts from the handoff, and so does the
+				// mirror: a handed-over key the shard never touches is
+				// still its state when its own children take over.
+				entries, err := handed(st, s.ID)
 				if err != nil {
 					return err
 				}
-				for _, st := range stages {
-					r, err := resharderOf(g.top, st)
-					if err != nil {
-						return err
-					}
-					var parents []map[string][]byte
-					for _, par := range s.Parents {
-						parents = append(parents, mirror[stageShard{st, par}])
-					}
-					entries, _, err := processors.HandOver(r, parents, rng.owns)
-					if err != nil {
-						return fmt.Errorf("hand shard %s its parents' keys: %w", s.ID, err)
-					}
-					if err := p.restore(st, part, entries); err != nil {
-						return err
-					}
+				if entries == nil {
+					mirror[stageShard{st, s.ID}] = map[string][]byte{}
+					continue
+				}
+				mirror[stageShard{st, s.ID}] = maps.Clone(entries)
+				if err := p.restore(st, part, entries); err != nil {
+					return err
 				}
 			}
 		}
@@ -96,10 +136,6 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 		}
 		for _, st := range stages {
 			m := mirror[stageShard{st, s.ID}]
-			if m == nil {
-				m = map[string][]byte{}
-				mirror[stageShard{st, s.ID}] = m
-			}
 			p.changes(st, part, func(k, v []byte) {
 				if v == nil {
 					delete(m, string(k))

@@ -13,10 +13,12 @@ import (
 	awskinesis "github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/kandle/kandle/candle"
 	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/gen"
 	"github.com/kandle/kandle/internal/testkit"
+	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -39,23 +41,10 @@ dead_letter: {topic: kinrange.dlq}
 // layout that only ever received the records put before TIME: a full replay
 // of it must give the same candles and dead letters.
 func TestKinesisReplayToTime(t *testing.T) {
-	awsTestEnv(t)
-	kin := testkit.KinesisMock(t, "ticks:2,before:2")
+	kin, client := kinesisMockClient(t, "ticks:2,before:2")
 	ctx := context.Background()
-	client, _, err := kkin.NewClients(ctx, "us-east-1", kin.URL(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	load := func(stream string) *topology.Topology {
-		path := filepath.Join(t.TempDir(), stream+".yaml")
-		if err := os.WriteFile(path, fmt.Appendf(nil, kinesisReplayTopology, stream, kin.URL()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		top, err := topology.Load(path, topology.Registry{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return top
+		return loadTopologyText(t, fmt.Sprintf(kinesisReplayTopology, stream, kin.URL()))
 	}
 	cfg := gen.DefaultConfig()
 	cfg.Symbols = []string{"BTC", "ETH", "SOL", "ADA", "DOT"}
@@ -120,4 +109,131 @@ func TestKinesisReplayToTime(t *testing.T) {
 	if _, err := engine.Replay(ctx, load("ticks"), nil, engine.ReplayOptions{To: engine.Bound{Kind: engine.BoundOffset, Offset: 5}, Out: &recordingOutput{}}); err == nil {
 		t.Fatal("replay --to OFFSET of a Kinesis source: want an error (sequence numbers differ per shard)")
 	}
+}
+
+const kinesisReshardReplayTopology = `
+name: kinhand
+brokers: embedded
+metrics: ""
+sources:
+  readings:
+    kind: kinesis
+    kinesis: {stream: dev, endpoint: %[1]s}
+    fields: {key: device, time: ts, values: [temperature, humidity], qty: "", id: ""}
+  temps:
+    kind: kinesis
+    kinesis: {stream: dev, endpoint: %[1]s}
+    fields: {key: device, time: ts, price: temperature, qty: "", id: ""}
+processors:
+  m10s: {kind: candles, from: readings, timeframe: 10s, output: {topic: kh.m10s}}
+  t10s: {kind: candles, from: temps, timeframe: 10s, output: {topic: kh.t10s}}
+dead_letter: {topic: kinhand.dlq}
+`
+
+// A child shard passes on the keys it was handed and never touched: the
+// devices of a shard that is split report only before the split, so their
+// 10s windows stay open, untouched, in the children (whose other devices
+// move the watermark only part of the way) until the children are merged;
+// the merged shard closes them. A replay equals every reading in put order
+// through one partition, for single-value and multi-metric candles, gap
+// candles included. Event times are set, not the clock's: the result is
+// the same on every run.
+func TestKinesisReplayHandsOverUntouchedKeys(t *testing.T) {
+	kin, client := kinesisMockClient(t, "dev:1")
+	ctx := context.Background()
+	top := loadTopologyText(t, fmt.Sprintf(kinesisReshardReplayTopology, kin.URL()))
+	const devices, quiet = 24, 12 // dev-000…dev-011 report before the split only
+	base := time.Now().Truncate(10 * time.Second).Add(-time.Minute).UnixMilli()
+	var sent [][2][]byte
+	put := func(from, to int, secs ...int64) {
+		t.Helper()
+		var batch []types.PutRecordsRequestEntry
+		for _, s := range secs {
+			for d := from; d < to; d++ {
+				dev := fmt.Sprintf("dev-%03d", d)
+				v := fmt.Appendf(nil, `{"device":%q,"ts":%d,"temperature":"2%d.%d","humidity":%d}`, dev, base+s*1000+int64(d), d%10, s%10, 40+d%7)
+				batch = append(batch, types.PutRecordsRequestEntry{PartitionKey: aws.String(dev), Data: v})
+				sent = append(sent, [2][]byte{[]byte(dev), v})
+			}
+		}
+		out, err := client.PutRecords(ctx, &awskinesis.PutRecordsInput{StreamName: aws.String("dev"), Records: batch})
+		if err != nil || aws.ToInt32(out.FailedRecordCount) != 0 {
+			t.Fatalf("put records: %v (failed %d)", err, aws.ToInt32(out.FailedRecordCount))
+		}
+	}
+	put(0, devices, 1, 2, 3)
+	kids := splitShard(t, client, "dev", listKinesisShards(t, client, "dev")[0])
+	put(quiet, devices, 4, 5, 6) // the children's watermarks stay below the quiet devices' window close
+	if _, err := client.MergeShards(ctx, &awskinesis.MergeShardsInput{StreamName: aws.String("dev"),
+		ShardToMerge: &kids[0], AdjacentShardToMerge: &kids[1]}); err != nil {
+		t.Fatal(err)
+	}
+	waitStreamActive(t, client, "dev")
+	put(quiet, devices, 11, 15, 21, 25, 31, 35)
+
+	var rec recordingOutput
+	if _, err := engine.Replay(ctx, top, nil, engine.ReplayOptions{Started: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Out: &rec}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := engine.NewPipeline(top, processors.FixedClock{T: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutoff := base + 30_000 // every shard's watermark passed it (last readings at 35s, lateness 2s)
+	oracle := map[string][]string{}
+	p.OnCandle = func(_, topic string, c *candle.Candle, _ int32) {
+		if c.CloseTime <= cutoff {
+			oracle[topic] = append(oracle[topic], string(c.AppendJSON(nil)))
+		}
+	}
+	for i, r := range sent {
+		for _, src := range []string{"readings", "temps"} {
+			if err := p.Feed(src, 0, int64(i), r[0], r[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[string][]string{}
+	topics := []string{"kh.m10s", "kh.t10s"}
+	for _, topic := range topics {
+		for _, js := range rec.byTopic[topic] {
+			if c, _ := candle.ParseJSON([]byte(js)); c.CloseTime <= cutoff {
+				got[topic] = append(got[topic], js)
+			}
+		}
+		sort.Strings(got[topic])
+		sort.Strings(oracle[topic])
+	}
+	// Every series has its first window (the quiet devices' too), both metrics of each device.
+	if diff := diffTopics(topics, oracle, got); diff != "" || len(oracle["kh.t10s"]) < devices || len(oracle["kh.m10s"]) < 2*devices {
+		t.Fatalf("replay across a split and a merge differs from one partition (%d 10s candles, %d multi-metric):\n%s",
+			len(oracle["kh.t10s"]), len(oracle["kh.m10s"]), diff)
+	}
+}
+
+// kinesisMockClient starts the Kinesis emulator with streams
+// ("name:shards,…") and returns it with a client.
+func kinesisMockClient(t *testing.T, streams string) (*testkit.Service, *awskinesis.Client) {
+	t.Helper()
+	awsTestEnv(t)
+	kin := testkit.KinesisMock(t, streams)
+	client, _, err := kkin.NewClients(context.Background(), "us-east-1", kin.URL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kin, client
+}
+
+// loadTopologyText writes text to a topology file and loads it.
+func loadTopologyText(t *testing.T, text string) *topology.Topology {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "topology.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	top, err := topology.Load(path, topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top
 }

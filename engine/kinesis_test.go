@@ -100,7 +100,9 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		}
 		time.Sleep(time.Second)
 	}
-	if len(want["k.1s"]) < 10*10 { // 14 s of trades, closed up to 2 s (lateness) before the last
+	// 14 s of trades, closed up to 2 s (lateness) before the last; a
+	// starved producer (-race, a loaded machine) puts 11-12 s of them.
+	if len(want["k.1s"]) < 10*8 {
 		t.Fatalf("only %d 1s candles", len(want["k.1s"]))
 	}
 	checkKinesisOffsets(t, top, seeds, *sh.ShardId)
@@ -132,7 +134,10 @@ func testKinesisSharedKilledAndResharded(t *testing.T, kinesisExtra string) {
 		}
 		sort.Strings(oracle[topic])
 	}
-	if diff := diffTopics(topics, oracle, before); diff != "" || len(oracle["k.5s"]) < 10*2 {
+	// At least one 5s candle of every symbol: the trades before the cutoff
+	// span 8-10 s under load, which holds one or two 5s windows as the
+	// run's start falls.
+	if diff := diffTopics(topics, oracle, before); diff != "" || len(oracle["k.5s"]) < 10 {
 		t.Fatalf("Kinesis candles differ from a single-partition run of the same records (%d 5s candles):\n%s", len(oracle["k.5s"]), diff)
 	}
 }

@@ -197,10 +197,30 @@ func Dynalite(t testing.TB) *Service {
 	port := FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	bin := filepath.Join(EmuDir(t), "node_modules", ".bin", "dynalite")
+	preload := filepath.Join(t.TempDir(), "dynalite-keepalive.js")
+	if err := os.WriteFile(preload, []byte(dynaliteKeepAlive), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return Start(t, "dynalite", addr, httpReady("http://"+addr, func(c int) bool { return c < 500 }),
-		"node", []string{bin, "--host", "127.0.0.1", "--port", fmt.Sprint(port),
+		"node", []string{"--require", preload, bin, "--host", "127.0.0.1", "--port", fmt.Sprint(port),
 			"--createTableMs", "20", "--deleteTableMs", "20", "--updateTableMs", "20"})
 }
+
+// dynaliteKeepAlive is loaded before dynalite. Dynalite throws from a
+// request's error handler, so a client that dies in the middle of sending a
+// request (a test SIGKILLs an instance) takes the whole emulator down with
+// "Error: aborted" (ECONNRESET), and every other client of the test with it.
+// A real DynamoDB only drops that request: so does this, and any other
+// uncaught error still ends the process.
+const dynaliteKeepAlive = `process.on('uncaughtException', (err) => {
+  if (err && err.code === 'ECONNRESET' && err.message === 'aborted') {
+    console.error('dynalite: a client went away mid-request; request dropped');
+    return;
+  }
+  console.error(err);
+  process.exit(1);
+});
+`
 
 // S3rver starts the s3rver S3 emulator (credentials S3RVER/S3RVER only; its
 // suffix Range requests are wrong).
