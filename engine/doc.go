@@ -98,7 +98,8 @@
 //
 // # Quiet records
 //
-// When a key's run of candles ends (max_idle), the candle processor emits
+// When a key's run of candles ends (max_idle; without gap fill, also when
+// its next window opens after a rollup boundary), the candle processor emits
 // quiet marks at the boundaries of the rollup timeframes built from it
 // (graph.go gives it all of them, direct and indirect). A stage writes each
 // mark to its output topic after the candles of the same batch, as a quiet

@@ -44,7 +44,9 @@ type CandleConfig struct {
 	// QuietMark at each of their boundaries that ends a window holding the
 	// key's last candle, once the watermark reaches it, so the rollups close
 	// those windows as direct aggregation would and free the key; then it
-	// frees the key itself. Empty: the key is freed at once.
+	// frees the key itself. Empty: the key is freed at once. Without gap
+	// fill a key with a later window open gets marks too, at the boundaries
+	// that fall in the silence before that window: no sub-candle ends there.
 	Rollups []candle.Timeframe
 }
 

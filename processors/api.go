@@ -75,9 +75,10 @@ type Output struct {
 }
 
 // QuietMark says that Key, which went quiet (its run of candles ended
-// after max_idle), has every candle opening before Until emitted: a rollup
-// closes its open window of Key if it ends by Until, as direct aggregation
-// closes it, and frees Key's state when nothing is left open.
+// after max_idle, or without gap fill it has no window open before Until),
+// has every candle opening before Until emitted: a rollup closes its open
+// window of Key if it ends by Until, as direct aggregation closes it, and
+// frees Key's state when nothing is left open.
 type QuietMark struct {
 	Key   string
 	Until int64 // Unix ms, a window boundary of a rollup timeframe

@@ -20,7 +20,8 @@
 // window boundaries that still hold the key's last candles, as the
 // watermark reaches them; Rollup.Quiet closes those windows exactly as
 // direct aggregation closes them (rollup equals direct also for quiet keys)
-// and frees the key.
+// and frees the key. Without gap fill a key is quiet between any two of its
+// windows with a rollup boundary in between, so its marks come then too.
 //
 // A Silence processor watches devices instead: it emits an event (not a
 // candle) when a device has sent nothing for a level's delay, measured on

@@ -40,6 +40,17 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 			a.endRun(k, end)
 			return
 		}
+		// Without gap fill a key's next window may open after a silence. A
+		// rollup window holding the window just emitted that ends in that
+		// silence gets no sub-candle ending on its boundary: direct
+		// aggregation closes it when the watermark passes its end, so the
+		// rollups get marks then, not only when the next window arrives
+		// (which may be long after, or never). The mark at end itself is
+		// left out: the sub-candle ending there already closed that window.
+		if m, ok := a.nextMark(end, end+1); ok && m <= k.wins[0].open {
+			a.goQuiet(k, end, m)
+			return
+		}
 		a.schedule(k)
 		return
 	}
@@ -70,12 +81,18 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 // else the next run starts or k is freed.
 func (a *Aggregator) endRun(k *keyState, n int64) {
 	if m, ok := a.nextMark(n, n); ok {
-		k.quiet, k.quietAt, k.quietNext = true, n, m
-		a.touch(k)
-		a.schedule(k)
+		a.goQuiet(k, n, m)
 		return
 	}
 	a.resume(k)
+}
+
+// goQuiet makes k quiet after its window ending at n: its next QuietMark is
+// at m, and more follow (see emitQuiet) until a window of k opens before one.
+func (a *Aggregator) goQuiet(k *keyState, n, m int64) {
+	k.quiet, k.quietAt, k.quietNext = true, n, m
+	a.touch(k)
+	a.schedule(k)
 }
 
 // resume ends k's quiet time: a trade that came after the silence starts a

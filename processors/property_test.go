@@ -307,7 +307,10 @@ func TestRollupEqualsDirectQuiet(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			quiet := 0
-			for seed := range uint64(6) {
+			// Many streams: a key's quiet stretches line up with the rollup
+			// boundaries only in some of them (one in six or so, for the
+			// silences between two trading windows without gap fill).
+			for seed := range uint64(32) {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				recs := c.s.gen(rng)
 				tfs := make([]candle.Timeframe, len(c.chain))
