@@ -110,8 +110,9 @@ type takeover struct {
 	restores       int // more than 1: a transaction aborted (e.g. it outlived the transaction timeout) and the partition was rebuilt
 }
 
-// restoreLog catches the stage's "partition restored" line: when it was
-// written, how long the restore took and how many changelog records it read.
+// restoreLog catches the stage's "partition restored" line (a Kinesis
+// stage's "shard opened"): when it was written, how long the restore took
+// and how many changelog records it read.
 type restoreLog struct {
 	mu       sync.Mutex
 	at       time.Time
@@ -132,7 +133,7 @@ func (h *restoreLog) Handle(_ context.Context, r slog.Record) error {
 		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(os.Stderr, " %s=%v", a.Key, a.Value); return true })
 		fmt.Fprintln(os.Stderr)
 	}
-	if r.Message != "partition restored" {
+	if r.Message != "partition restored" && r.Message != "shard opened" { // a Kafka partition's restore, a Kinesis shard's
 		return nil
 	}
 	h.mu.Lock()
