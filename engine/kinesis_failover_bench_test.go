@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +17,6 @@ import (
 	"github.com/kandle/kandle/connectors/kafka"
 	kkin "github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/engine"
-	"github.com/kandle/kandle/internal/gen"
 	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/topology"
 )
@@ -58,30 +54,7 @@ dead_letter: {topic: kfo.dlq}
 // disk the restore reads the last snapshot and what followed it, so
 // takeover does not grow with the history.
 func BenchmarkKinesisFailover(b *testing.B) {
-	keys := envInt(b, "KANDLE_KFAILOVER_KEYS", 2000)
-	hist := "20000,100000"
-	if v := os.Getenv("KANDLE_KFAILOVER_HISTORY"); v != "" {
-		hist = v
-	}
-	for _, hs := range strings.Split(hist, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(hs))
-		if err != nil || n <= 0 {
-			b.Fatalf("KANDLE_KFAILOVER_HISTORY: %q is not a positive count of trades", hs)
-		}
-		for _, disk := range []string{"empty", "kept"} {
-			b.Run(fmt.Sprintf("history=%s/disk=%s", short(n), disk), func(b *testing.B) {
-				var r takeover
-				for range b.N {
-					r = runKinesisFailover(b, keys, n, disk == "kept")
-				}
-				b.ReportMetric(float64(r.total.Microseconds())/1000, "takeover-ms")
-				b.ReportMetric(float64(r.restore.Microseconds())/1000, "restore-ms")
-				b.ReportMetric(float64(r.records), "changelog-records")
-				b.ReportMetric(float64(r.restores), "restores")
-				b.ReportMetric(0, "ns/op")
-			})
-		}
-	}
+	benchFailover(b, envInt(b, "KANDLE_KFAILOVER_KEYS", 2000), "KANDLE_KFAILOVER_HISTORY", "20000,100000", runKinesisFailover)
 }
 
 func runKinesisFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
@@ -102,18 +75,7 @@ func runKinesisFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := gen.DefaultConfig()
-	cfg.Symbols = make([]string, keys)
-	for i := range cfg.Symbols {
-		cfg.Symbols[i] = fmt.Sprintf("K%06d", i)
-	}
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	span := max(2*time.Minute, time.Duration(n/keys)*time.Minute) // one trade per key and minute, as BenchmarkFailover
-	cfg.Count, cfg.Span, cfg.Start = n, span, start
-	g, err := gen.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	g, start, span := history(b, keys, n)
 	put := func(batch []types.PutRecordsRequestEntry) {
 		out, err := client.PutRecords(ctx, &awskinesis.PutRecordsInput{StreamName: aws.String("trades"), Records: batch})
 		if err != nil || aws.ToInt32(out.FailedRecordCount) != 0 {
@@ -172,17 +134,7 @@ func runKinesisFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 		b.Fatal(err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, "kfo.1m")
-	if err != nil {
-		b.Fatal(err)
-	}
-	end, _ := ends.Lookup("kfo.1m", 0)
-	out, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(10*time.Millisecond),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"kfo.1m": {0: kgo.NewOffset().At(end.Offset)}}))
-	if err != nil {
-		b.Fatal(err)
-	}
+	out := outputFromEnd(ctx, b, kadm.NewClient(cl), seeds, "kfo.1m")
 	defer out.Close()
 	ts := start.Add(span + 2*time.Minute).UnixMilli()
 	put([]types.PutRecordsRequestEntry{{PartitionKey: aws.String("K000000"),
@@ -193,37 +145,5 @@ func runKinesisFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	if keepDisk {
 		dirB = dirA
 	}
-	rl := &restoreLog{seen: make(chan struct{}), echo: os.Getenv("KANDLE_FAILOVER_LOG") != ""}
-	bEng, err := engine.New(top, engine.WithLogger(slog.New(rl)), engine.WithInstanceID("b"), engine.WithStateDir(dirB))
-	if err != nil {
-		b.Fatal(err)
-	}
-	bctx, bcancel := context.WithCancel(ctx)
-	bdone := make(chan error, 1)
-	b.StartTimer()
-	go func() { bdone <- bEng.Run(bctx) }()
-	var first time.Time
-	for first.IsZero() {
-		fs := out.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			b.Fatalf("no output from the new owner: %v", err)
-		}
-		if fs.NumRecords() > 0 {
-			first = time.Now()
-		}
-	}
-	b.StopTimer()
-	bcancel()
-	if err := <-bdone; err != nil {
-		b.Fatal(err)
-	}
-	select {
-	case <-rl.seen:
-	default:
-		b.Fatal("the new owner wrote no \"shard opened\" line")
-	}
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	assigned := rl.at.Add(-rl.took)
-	return takeover{total: first.Sub(assigned), restore: rl.took, records: rl.records, restores: rl.restores}
+	return takeOver(ctx, b, top, dirB, out)
 }

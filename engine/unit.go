@@ -23,10 +23,12 @@ import (
 // input partition or of one Kinesis shard, with its committed state. This
 // file holds what a unit is whatever its source — its changelog key
 // layout, its progress record, its restore (Pebble, then the changelog
-// from a snapshot or Pebble's position up to a barrier) and the emission
-// of its output; the drivers (stage.go for Kafka partitions, kinesis.go for
-// Kinesis shards) bring assignment or leases, fetching and the commit of
-// the source position.
+// from a snapshot or Pebble's position up to a barrier), its running state
+// (unit), the emission of its output and its commit (unitTxn.commit: the
+// changelog, snapshots, the end of the transaction, Pebble); the drivers
+// (stage.go for Kafka partitions, kinesis.go for Kinesis shards) bring
+// assignment or leases, fetching, opening the transaction and committing
+// the source position (positionCommitter).
 
 // unitKeys is the changelog key layout of one unit: every record of the
 // unit is its prefix followed by the record kind — 'p' and the processor's
