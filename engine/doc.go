@@ -21,7 +21,9 @@
 //
 // Exactly-once work has one unit, whatever the source: the processor of
 // one Kafka input partition or of one Kinesis shard, with its committed
-// state (unit.go). A unit owns:
+// state (unit.go). The unit is the only exactly-once code path of the
+// engine; the sources differ only in how their position is committed. A
+// unit owns:
 //
 //   - its changelog key layout (unitKeys): a prefix, then 'p' and the
 //     processor's entry key for a state entry (nil value: deleted), 'o'
@@ -35,36 +37,50 @@
 //   - its restore (restoreUnit): Pebble, then the changelog from Pebble's
 //     position — or, with no usable local state, from its last committed
 //     snapshot or the changelog's start — up to a barrier it appends
-//     first; every entry read goes to Pebble too;
-//   - its emission (emitter): candles, events and quiet records to the
-//     output topic, rejections to the dead-letter topic, with metrics;
-//   - its changelog writes per transaction (its changes, and a snapshot
-//     of its whole state when due, snapshot.go), and Pebble after the
-//     commit.
+//     first; every entry read goes to Pebble too. The processor then gets
+//     its state (Engine.startProcessor): in memory, or, for a
+//     processors.StoreUser, as the unit's Pebble range;
+//   - its running state between commits (unit): processor, output, the
+//     snapshot bookkeeping and a handoff not yet committed;
+//   - its emission (emitter, through unitTxn.emit): candles, events and
+//     quiet records to the output topic, rejections to the dead-letter
+//     topic, with metrics;
+//   - its commit (unitTxn.commit), the same for every source: in the
+//     transaction that holds its emissions, its state changes (after a
+//     snapshot of its whole state when one is due, snapshot.go) and its
+//     progress record go to the changelog; the transaction ends; only if
+//     it committed are the changes and the changelog position written to
+//     Pebble, and only then does a source that commits its position after
+//     the transaction do so.
 //
-// The drivers bring only what differs: assignment or leases, fetching,
-// how the transaction is opened and ended, and how the source position is
-// committed. stage.go (Kafka) runs the partitions of a stage in one
-// kgo.GroupTransactSession and commits the input offsets inside the
-// transaction (KIP-447), with the snapshot position as their metadata.
-// kinesis.go runs each shard with its own transactional producer
+// What the commit leaves to the source is one small interface,
+// positionCommitter: how the transaction ends (end) and whether the
+// position commits in it or after it (after). stage.go (Kafka) runs the
+// partitions of a stage in one kgo.GroupTransactSession: its end commits
+// the input offsets inside the transaction (KIP-447), with each
+// partition's snapshot position as their metadata, and after does
+// nothing. kinesis.go runs each shard with its own transactional producer
 // (transactional id <group>.<stage>.<shard>, so a new owner fences the old
-// one with its first barrier) and checkpoints the sequence number in the
-// lease table after the transaction, with the snapshot position as the
-// checkpoint's metadata.
+// one with its first barrier): its end (shardPosition) only ends that
+// producer's transaction, and after checkpoints the sequence number in the
+// lease table, with the snapshot position as the checkpoint's metadata.
+// Everything else in the two drivers is assignment or leases, fetching,
+// and opening the transaction.
 //
 // Why a checkpoint after the transaction is safe: the changelog, not the
 // lease, is the source of truth. The transaction commits the shard's
 // outputs, state and progress record ('o', holding the sequence number)
 // atomically; a restore reads the progress from the changelog and resumes
-// after that sequence number. If the process dies after the commit and
+// after that sequence number. The order is: transaction committed, then
+// Pebble, then the checkpoint. If the process dies after the commit and
 // before the checkpoint, the lease is behind: the next owner still resumes
 // from the changelog's position (the lease checkpoint is used only when the
 // changelog holds nothing of the shard), so no record is processed twice.
 // A checkpoint is never ahead of a commit, since it is written after it.
 // The snapshot position it carries is therefore always one of a committed
 // snapshot, or an older one; either is a valid start (below), and a marker
-// that is no longer there sends the restore to the changelog's start.
+// that is no longer there sends the restore to the changelog's start. An
+// idle advance does not move the position and writes no checkpoint.
 //
 // A Kinesis child shard (a split or merge) starts from its parents' final
 // state: the consumer lets a child's lease be taken only once every
@@ -76,13 +92,14 @@
 // an instance take turns, so the parent's Pebble position only grows.
 //
 // A new source plugs in as a driver: it maps its units onto unitRef (a
-// Pebble namespace and partition, a changelog partition and a key prefix),
-// gives restoreUnit its unitIO (how to write a barrier, read the changelog
-// partition and find a committed snapshot position), feeds records to the
-// processor through Engine.processGuarded, and in each transaction emits
-// with an emitter, writes the changes and progress under its unitKeys and
-// commits its position either inside the transaction or after it (then
-// with the position in the progress record, as Kinesis does).
+// Pebble namespace and partition, a changelog partition and a key prefix)
+// and keeps a unit for each; gives restoreUnit its unitIO (how to write a
+// barrier, read the changelog partition and find a committed snapshot
+// position) and hands the result to Engine.startProcessor; feeds records
+// to the processor through Engine.processGuarded; and for each
+// transaction makes a unitTxn over its transactional producer, emits with
+// it and calls unitTxn.commit with a positionCommitter of its own. It
+// writes no changelog record, Pebble entry or snapshot itself.
 //
 // # Processor kinds
 //
@@ -224,14 +241,15 @@
 // for why that is enough).
 //
 // A processor that implements processors.StoreUser (the silence processor)
-// is not loaded into memory at all: the changelog tail goes into Pebble
-// only, and the processor then reads its partition's Pebble range through
-// UseStore (procstore.go), holding just the entries changed since the last
-// commit. Since Pebble is written after each commit, the range it reads is
-// always the committed state; a failed read makes the stage stop before it
-// commits anything computed without it. Kinesis shards still restore such a
-// processor into memory (Restore): their handoff on a split or merge works
-// on entries in memory.
+// is not loaded into memory at all, on a Kafka partition or a Kinesis
+// shard alike: the changelog tail goes into Pebble only, and the processor
+// then reads its unit's Pebble range through UseStore (procstore.go),
+// holding just the entries changed since the last commit. Since Pebble is
+// written after each commit, the range it reads is always the committed
+// state; a failed read makes the unit abort before it commits anything
+// computed without it. A child shard's handed-over state, not committed
+// yet, is put in its Pebble range without a position: a restore before the
+// child's first commit drops it and hands over again.
 //
 // At start the engine creates each changelog with as many partitions as its
 // input topic has on the broker, and refuses to run when an existing

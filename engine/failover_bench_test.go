@@ -56,21 +56,27 @@ dead_letter: {topic: fo.dlq}
 // (100 k keys × a few windows), so the first transaction of the new owner
 // holds a few hundred thousand candles and state changes.
 func BenchmarkFailover(b *testing.B) {
-	keys := envInt(b, "KANDLE_FAILOVER_KEYS", 100_000)
-	hist := "1000000,10000000"
-	if v := os.Getenv("KANDLE_FAILOVER_HISTORY"); v != "" {
+	benchFailover(b, envInt(b, "KANDLE_FAILOVER_KEYS", 100_000), "KANDLE_FAILOVER_HISTORY", "1000000,10000000", runFailover)
+}
+
+// benchFailover runs a takeover for each history (the comma-separated
+// trade counts in the environment variable histEnv, else def) with an empty
+// and with a kept disk, and reports it.
+func benchFailover(b *testing.B, keys int, histEnv, def string, run func(b *testing.B, keys, n int, keepDisk bool) takeover) {
+	hist := def
+	if v := os.Getenv(histEnv); v != "" {
 		hist = v
 	}
 	for _, hs := range strings.Split(hist, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(hs))
 		if err != nil || n <= 0 {
-			b.Fatalf("KANDLE_FAILOVER_HISTORY: %q is not a positive count of trades", hs)
+			b.Fatalf("%s: %q is not a positive count of trades", histEnv, hs)
 		}
 		for _, disk := range []string{"empty", "kept"} {
 			b.Run(fmt.Sprintf("history=%s/disk=%s", short(n), disk), func(b *testing.B) {
 				var r takeover
 				for range b.N {
-					r = runFailover(b, keys, n, disk == "kept")
+					r = run(b, keys, n, disk == "kept")
 				}
 				b.ReportMetric(float64(r.total.Microseconds())/1000, "takeover-ms")
 				b.ReportMetric(float64(r.restore.Microseconds())/1000, "restore-ms")
@@ -110,8 +116,9 @@ type takeover struct {
 	restores       int // more than 1: a transaction aborted (e.g. it outlived the transaction timeout) and the partition was rebuilt
 }
 
-// restoreLog catches the stage's "partition restored" line: when it was
-// written, how long the restore took and how many changelog records it read.
+// restoreLog catches the stage's "partition restored" line (a Kinesis
+// stage's "shard opened"): when it was written, how long the restore took
+// and how many changelog records it read.
 type restoreLog struct {
 	mu       sync.Mutex
 	at       time.Time
@@ -132,7 +139,7 @@ func (h *restoreLog) Handle(_ context.Context, r slog.Record) error {
 		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(os.Stderr, " %s=%v", a.Key, a.Value); return true })
 		fmt.Fprintln(os.Stderr)
 	}
-	if r.Message != "partition restored" {
+	if r.Message != "partition restored" && r.Message != "shard opened" { // a Kafka partition's restore, a Kinesis shard's
 		return nil
 	}
 	h.mu.Lock()
@@ -173,21 +180,7 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: 1}}); err != nil {
 		b.Fatal(err)
 	}
-	cfg := gen.DefaultConfig()
-	cfg.Symbols = make([]string, keys)
-	for i := range cfg.Symbols {
-		cfg.Symbols[i] = fmt.Sprintf("K%06d", i)
-	}
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	// One trade per key and minute on average, whatever n: the state (each
-	// key's open window with the ids dedupe keeps for it) is the same for
-	// every history; only the history's length grows with n.
-	span := max(2*time.Minute, time.Duration(n/keys)*time.Minute)
-	cfg.Count, cfg.Span, cfg.Start = n, span, start
-	g, err := gen.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
+	g, start, span := history(b, keys, n)
 	if _, err := gen.Produce(ctx, cl, "trades", g, 0); err != nil {
 		b.Fatal(err)
 	}
@@ -216,17 +209,7 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	// A read-committed consumer from the output's current end, and one trade
 	// two minutes past the history, which closes every key's open window (and
 	// with gap fill, on by default, a gap candle or two per key).
-	ends, err := adm.ListEndOffsets(ctx, "fo.1m")
-	if err != nil {
-		b.Fatal(err)
-	}
-	end, _ := ends.Lookup("fo.1m", 0)
-	out, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(10*time.Millisecond),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"fo.1m": {0: kgo.NewOffset().At(end.Offset)}}))
-	if err != nil {
-		b.Fatal(err)
-	}
+	out := outputFromEnd(ctx, b, adm, seeds, "fo.1m")
 	defer out.Close()
 	ts := start.Add(span + 2*time.Minute).UnixMilli()
 	v := fmt.Appendf(nil, `{"symbol":"K000000","ts":%d,"price":"100","qty":"1","trade_id":%d}`, ts, 1<<40)
@@ -239,8 +222,15 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	if keepDisk {
 		dirB = dirA
 	}
+	return takeOver(ctx, b, top, dirB, out)
+}
+
+// takeOver runs a new owner of top's stage on dir until out, a
+// read-committed consumer of its output, reads its first record, and
+// returns the time from the start of its first restore to then.
+func takeOver(ctx context.Context, b *testing.B, top *topology.Topology, dir string, out *kgo.Client) takeover {
 	rl := &restoreLog{seen: make(chan struct{}), echo: os.Getenv("KANDLE_FAILOVER_LOG") != ""}
-	bEng, err := engine.New(top, engine.WithLogger(slog.New(rl)), engine.WithInstanceID("b"), engine.WithStateDir(dirB))
+	bEng, err := engine.New(top, engine.WithLogger(slog.New(rl)), engine.WithInstanceID("b"), engine.WithStateDir(dir))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -266,12 +256,49 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	select {
 	case <-rl.seen:
 	default:
-		b.Fatal("the new owner wrote no \"partition restored\" line")
+		b.Fatal("the new owner wrote no restore line")
 	}
 	rl.mu.Lock()
 	defer rl.mu.Unlock()
 	assigned := rl.at.Add(-rl.took)
 	return takeover{total: first.Sub(assigned), restore: rl.took, records: rl.records, restores: rl.restores}
+}
+
+// history generates n trades of keys keys from start over span: one trade
+// per key and minute on average, whatever n, so the state (each key's open
+// window with the ids dedupe keeps for it) is the same for every history;
+// only the history's length grows with n.
+func history(b *testing.B, keys, n int) (g *gen.Generator, start time.Time, span time.Duration) {
+	cfg := gen.DefaultConfig()
+	cfg.Symbols = make([]string, keys)
+	for i := range cfg.Symbols {
+		cfg.Symbols[i] = fmt.Sprintf("K%06d", i)
+	}
+	start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	span = max(2*time.Minute, time.Duration(n/keys)*time.Minute)
+	cfg.Count, cfg.Span, cfg.Start = n, span, start
+	g, err := gen.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g, start, span
+}
+
+// outputFromEnd returns a read-committed consumer of partition 0 of topic
+// from its current end.
+func outputFromEnd(ctx context.Context, b *testing.B, adm *kadm.Client, seeds []string, topic string) *kgo.Client {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		b.Fatal(err)
+	}
+	end, _ := ends.Lookup(topic, 0)
+	out, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(10*time.Millisecond),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().At(end.Offset)}}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return out
 }
 
 // waitLag polls until group has committed every input offset.

@@ -183,7 +183,7 @@ processors:
 
 // counter sums a counter's samples whose labels include value (every
 // sample, when value is empty).
-func counter(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
+func counter(t testing.TB, reg *prometheus.Registry, name, value string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {

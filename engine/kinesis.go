@@ -22,9 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kinesis"
-	"github.com/kandle/kandle/internal/invariant"
 	"github.com/kandle/kandle/processors"
-	"github.com/kandle/kandle/state"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -69,25 +67,14 @@ type kinesisStage struct {
 }
 
 type shardState struct {
+	unit    // its processor, output and snapshot bookkeeping; handoff: its parents' keys until its first commit
 	mu      sync.Mutex
 	id      string
 	part    int32
-	proc    processor
 	cl      *kgo.Client
 	lease   *kinesis.Lease
 	seq     string // last processed sequence number
 	ordinal int64  // records processed in this shard (the "offset" of dead letters)
-	handoff map[string][]byte
-	out     processors.Output
-	slab    outSlab // the records and bytes of what the shard produces
-	// The last committed snapshot of the shard, the changelog records
-	// written since it (or the restore), the live entries when last
-	// counted, and whether a transaction committed since the restore
-	// (snapshot.go).
-	snap      snapRef
-	sinceSnap int64
-	liveKeys  int
-	settled   bool
 	// behind: the last read of the shard did not reach its tip
 	// (MillisBehindLatest > 0), or there was no read yet since Open. A
 	// shard that is behind never advances by the wall clock.
@@ -226,7 +213,7 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 		return
 	}
 	k.log.Debug("idle advance", "shard", sh.id, "candles", len(sh.out.Candles))
-	cerr := k.commit(ctx, sh, sh.seq)
+	cerr := k.commit(ctx, sh, sh.seq, nil) // the position does not move: no checkpoint
 	if cerr == nil || ctx.Err() != nil {
 		return
 	}
@@ -240,7 +227,11 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 
 // rebuild replaces a shard's processor with its last committed state.
 func (k *kinesisStage) rebuild(ctx context.Context, sh *shardState) error {
-	st, err := k.loadUnit(ctx, sh.cl, sh.id)
+	proc, err := k.spec.newProcessor(true, k.e.clock)
+	if err != nil {
+		return err
+	}
+	st, err := k.loadUnit(ctx, sh.cl, sh.id, !inStore(proc))
 	if err != nil {
 		return err
 	}
@@ -249,8 +240,7 @@ func (k *kinesisStage) rebuild(ctx context.Context, sh *shardState) error {
 	if !found && sh.handoff != nil {
 		entries = sh.handoff // the handed-over state was not committed yet
 	}
-	proc, err := restoreProcessor(k.spec, true, k.e.clock, entries)
-	if err != nil {
+	if err := k.e.startProcessor(proc, k.unit(sh.id), entries); err != nil {
 		return err
 	}
 	sh.proc = proc
@@ -306,7 +296,11 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 		k.mu.Unlock()
 	}
 	start := time.Now()
-	st, err := k.loadUnit(ctx, cl, s.ID)
+	proc, err := k.spec.newProcessor(true, k.e.clock)
+	if err != nil {
+		return "", err
+	}
+	st, err := k.loadUnit(ctx, cl, s.ID, !inStore(proc))
 	if err != nil {
 		return "", fmt.Errorf("restore shard %s: %w", s.ID, err)
 	}
@@ -320,15 +314,16 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 		}
 		sh.handoff = entries
 	}
-	if sh.proc, err = restoreProcessor(k.spec, true, k.e.clock, entries); err != nil {
+	if err := k.e.startProcessor(proc, k.unit(s.ID), entries); err != nil {
 		return "", err
 	}
+	sh.proc = proc
 	sh.seq, sh.ordinal = pr.seq, pr.next
 	k.mu.Lock()
 	k.shards[s.ID] = sh
 	k.mu.Unlock()
 	opened = true
-	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff),
+	k.log.Info("shard opened", "shard", s.ID, "parents", s.Parents, "resume_after", sh.seq, "handed_over_entries", len(sh.handoff), "state", stateWhere(proc),
 		"changelog_records", st.records, "from_snapshot", st.snap.valid(), "took", time.Since(start))
 	return sh.seq, nil
 }
@@ -383,24 +378,11 @@ func (k *kinesisStage) records(ctx context.Context, s kinesis.Shard, b kinesis.B
 	// Every rejection is one input record.
 	k.accepted.Add(float64(len(b.Records) - len(sh.out.Rejected)))
 	k.rejectedRecords.Add(float64(len(sh.out.Rejected)))
-	if err := k.commit(ctx, sh, last); err != nil {
+	if err := k.commit(ctx, sh, last, s.Lease); err != nil {
 		return err
 	}
 	if w, ok := watermarkOf(sh.proc); ok {
 		k.e.m.watermark.WithLabelValues(k.spec.Name, s.ID).Set(float64(w))
-	}
-	if s.Lease != nil {
-		// After the commit, never in it: see "Kinesis shards" in the
-		// package doc. The snapshot position rides on every checkpoint.
-		var err error
-		if sh.snap.valid() {
-			err = s.Lease.CheckpointMeta(ctx, last, sh.snap.metadata())
-		} else {
-			err = s.Lease.Checkpoint(ctx, last)
-		}
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", s.ID, err)
-		}
 	}
 	return nil
 }
@@ -424,7 +406,7 @@ func (k *kinesisStage) End(ctx context.Context, s kinesis.Shard, children []stri
 				return nil
 			}
 			sh.out.Reset()
-			return k.commit(ctx, sh, sh.seq)
+			return k.commit(ctx, sh, sh.seq, nil) // the consumer checkpoints SHARD_END after End
 		})
 		if err != nil {
 			return fmt.Errorf("shard %s: commit the state its parents handed it: %w", s.ID, err)
@@ -461,139 +443,95 @@ func (k *kinesisStage) shard(id string) *shardState {
 	return k.shards[id]
 }
 
-// commit writes sh.out, the state changes and the position in one transaction,
-// then Pebble.
-func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string) error {
+// commit commits sh.out, the state changes and the position seq through
+// the unit's commit path (unitTxn.commit), in a transaction of the shard's
+// own producer; Pebble follows, then the lease (when given) checkpoints seq.
+func (k *kinesisStage) commit(ctx context.Context, sh *shardState, seq string, lease *kinesis.Lease) error {
 	cl := sh.cl
 	if err := cl.BeginTransaction(); err != nil {
 		return err
 	}
-	var (
-		mu     sync.Mutex
-		perr   error
-		maxOff int64 = -1
-	)
-	u := k.unit(sh.id)
-	promise := func(r *kgo.Record, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && perr == nil {
-			perr = err
+	t := newUnitTxn(k.e, k.spec, k.changelog, k.log, k.em, k.e.instance+"."+sh.id+"."+strconv.FormatInt(k.started.UnixNano(), 10), &k.snapSeq,
+		cl.Produce, cl.Flush)
+	t.emit(ctx, &sh.out, &sh.slab)
+	sh.consumed = true // every commit of a shard writes its position
+	unit := unitCommit{u: &sh.unit, ref: k.unit(sh.id), src: "shard " + sh.id, progress: progressOf(sh.proc, sh.ordinal, seq)}
+	committed, err := t.commit(ctx, []unitCommit{unit}, &shardPosition{cl: cl, u: &sh.unit, lease: lease, seq: seq})
+	if !committed {
+		if err == nil {
+			err = errors.New("a record could not be written")
 		}
-		if err == nil && r.Topic == k.changelog && r.Offset > maxOff {
-			maxOff = r.Offset
-		}
+		return fmt.Errorf("shard %s: transaction aborted (%w); the shard is restored from its last commit", sh.id, err)
 	}
-	produce := func(ctx context.Context, r *kgo.Record) { cl.Produce(ctx, r, promise) }
-	k.em.emit(ctx, &sh.out, &sh.slab, produce)
-	type kv struct{ k, v []byte }
-	var changed []kv
-	add := func(key, val []byte) {
-		changed = append(changed, kv{append([]byte(nil), key...), cloneOrNil(val)})
+	sh.seq = seq
+	if err != nil {
+		return fmt.Errorf("shard %s: %w", sh.id, err)
 	}
-	for key, v := range sh.handoff { // persist handed-over keys with the first commit
-		add([]byte(key), v)
-	}
-	sh.proc.Changes(add)
-	// A snapshot (never in the first commit after a restore, which carries
-	// a takeover's first output) goes first: marker, every committed entry
-	// the transaction does not change, then the changes.
-	var snap *pendingSnap
-	if sh.settled && snapshotDueN(sh.sinceSnap, sh.liveKeys, len(changed)) {
-		snap = &pendingSnap{ref: snapRef{offset: -1, token: fmt.Sprintf("%s.%s.%d.%d", k.e.instance, sh.id, k.started.UnixNano(), k.snapSeq.Add(1))}}
-		cl.Produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.marker(), Value: []byte(snap.ref.token)}, func(r *kgo.Record, err error) {
-			promise(r, err)
-			if err == nil {
-				mu.Lock()
-				snap.ref.offset, snap.placed = r.Offset, true
-				mu.Unlock()
-			}
-		})
-		skip := make(map[string]bool, len(changed))
-		for _, c := range changed {
-			skip[string(c.k)] = true
-			if c.v != nil {
-				snap.keys++
-			}
-		}
-		snap.records = 1
-		err := k.e.scanUnit(u, skip, func(key, v []byte) {
-			produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, key), Value: append([]byte(nil), v...)})
-			snap.keys++
-			snap.records++
-		})
-		if err != nil {
-			_ = cl.EndTransaction(context.WithoutCancel(ctx), kgo.TryAbort)
-			return fmt.Errorf("shard %s: snapshot: read state: %w", sh.id, err)
-		}
-	}
-	for _, c := range changed {
-		produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.entry(&sh.slab, c.k), Value: c.v})
-	}
-	progress := progressOf(sh.proc, sh.ordinal, seq).encode()
-	produce(ctx, &kgo.Record{Topic: k.changelog, Partition: u.clPart, Key: u.keys.progress(), Value: progress})
-	endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*k.e.txnTimeout)
-	defer cancel()
-	try := kgo.TryCommit
-	if err := cl.Flush(endCtx); err != nil {
-		try = kgo.TryAbort
-	}
-	mu.Lock()
-	if perr != nil {
-		try = kgo.TryAbort
-	}
-	mu.Unlock()
-	start := time.Now()
-	err := cl.EndTransaction(endCtx, try)
-	k.e.m.commitSecs.WithLabelValues(k.spec.Name).Observe(time.Since(start).Seconds())
-	if err != nil || try == kgo.TryAbort {
-		k.e.m.transactions.WithLabelValues(k.spec.Name, "aborted").Inc()
-		return fmt.Errorf("shard %s: transaction aborted (%v, produce: %v); the shard is restored from its last commit", sh.id, err, perr)
-	}
-	k.e.m.transactions.WithLabelValues(k.spec.Name, "committed").Inc()
-	sh.handoff, sh.seq, sh.settled = nil, seq, true
-	invariant.Check(err == nil && try == kgo.TryCommit, "stage %s shard %s: Pebble written after a transaction that did not commit (it would be ahead of the changelog)", k.spec.Name, sh.id)
-	sh.sinceSnap += int64(len(changed))
-	mu.Lock() // the marker's promise wrote where it landed
-	placed := snap != nil && snap.placed
-	mu.Unlock()
-	if placed {
-		// Committed: the next lease checkpoint records where it starts.
-		k.e.m.snapshots.WithLabelValues(k.spec.Name).Inc()
-		k.e.m.snapshotRecords.WithLabelValues(k.spec.Name).Add(float64(snap.records))
-		sh.snap, sh.sinceSnap, sh.liveKeys = snap.ref, int64(len(changed)), snap.keys
-		k.log.Debug("snapshot committed", "shard", sh.id, "keys", snap.keys, "records", snap.records, "offset", snap.ref.offset)
-	}
-	batch := k.e.store.NewBatch()
-	for _, c := range changed {
-		batch.Set(u.ns, u.part, c.k, c.v)
-	}
-	batch.Set(u.ns, u.part, []byte(pebbleProgressKey), progress)
-	batch.SetMeta(u.ns, u.part, state.Meta{ChangelogOffset: maxOff + 1, InputOffset: sh.ordinal})
-	return batch.Commit()
+	return nil
 }
+
+// shardPosition commits a shard's position (positionCommitter): the
+// transaction is the shard producer's own, and the sequence number is
+// checkpointed in the shard's lease after it (never in it: see "The
+// exactly-once unit" in the package doc), with the shard's snapshot
+// position as the checkpoint's metadata.
+type shardPosition struct {
+	cl    *kgo.Client
+	u     *unit
+	lease *kinesis.Lease // nil: no checkpoint (idle advance: the position does not move)
+	seq   string
+}
+
+func (p *shardPosition) end(ctx context.Context, try kgo.TransactionEndTry) (bool, error) {
+	if err := p.cl.EndTransaction(ctx, try); err != nil {
+		return false, err
+	}
+	return try == kgo.TryCommit, nil
+}
+
+func (p *shardPosition) after(ctx context.Context) error {
+	if p.lease == nil {
+		return nil
+	}
+	var err error
+	if p.u.snap.valid() {
+		err = p.lease.CheckpointMeta(ctx, p.seq, p.u.snap.metadata())
+	} else {
+		err = p.lease.Checkpoint(ctx, p.seq)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// positionInTxn: every checkpoint after the commit carries the shard's
+// last snapshot.
+func (p *shardPosition) positionInTxn() bool { return false }
 
 // loadShard returns a shard's committed entries and position (restoreUnit),
 // up to a barrier this owner commits first in a transaction of the shard's
 // own producer (which also fences any previous owner's producer).
 func (k *kinesisStage) loadShard(ctx context.Context, cl *kgo.Client, id string) (map[string][]byte, unitProgress, bool, error) {
-	st, err := k.loadUnit(ctx, cl, id)
+	st, err := k.loadUnit(ctx, cl, id, true)
 	if err != nil {
 		return nil, st.progress, false, err
 	}
 	return st.entries, st.progress, st.found, nil
 }
 
-// loadUnit is loadShard with the whole unitState. An empty disk reads the
-// changelog from the snapshot the shard's lease checkpoint names (see
-// snapshotHint), when there is one.
+// loadUnit is loadShard with the whole unitState; with inMemory false the
+// entries go to the shard's Pebble range only (a processors.StoreUser). An
+// empty disk reads the changelog from the snapshot the shard's lease
+// checkpoint names (its metadata when the lease was taken), when there is
+// one.
 //
 // Restores of one shard on this instance run one at a time: each writes
 // the shard's Pebble range up to its own barrier, and the two children of
 // a split open together and both read their parent. Run together, the one
 // with the earlier barrier could write last and move the parent's Pebble
 // position back to before the other's barrier.
-func (k *kinesisStage) loadUnit(ctx context.Context, cl *kgo.Client, id string) (unitState, error) {
+func (k *kinesisStage) loadUnit(ctx context.Context, cl *kgo.Client, id string, inMemory bool) (unitState, error) {
 	defer k.lockUnit(id)()
 	u := k.unit(id)
 	return k.e.restoreUnit(ctx, u, unitIO{
@@ -636,7 +574,7 @@ func (k *kinesisStage) loadUnit(ctx context.Context, cl *kgo.Client, id string) 
 			defer k.mu.Unlock()
 			return parseSnapMeta(k.snapHints[id])
 		},
-	}, true)
+	}, inMemory)
 }
 
 // lockUnit locks the restore of shard id on this instance and returns

@@ -32,7 +32,7 @@ func (p *countingProc) Active(func(c *candle.Candle))                 {}
 func TestKinesisShardIdleOnlyAtTheTip(t *testing.T) {
 	proc := &countingProc{}
 	clock := &processors.FixedClock{T: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
-	sh := &shardState{id: "shardId-000000000001", proc: proc, cl: &kgo.Client{}, behind: true}
+	sh := &shardState{unit: unit{proc: proc}, id: "shardId-000000000001", cl: &kgo.Client{}, behind: true}
 	k := &kinesisStage{log: slog.Default(), shards: map[string]*shardState{sh.id: sh},
 		e: &Engine{clock: clock}, spec: &stageSpec{Proc: &topology.Processor{IdleTimeout: 5 * time.Second}}}
 	ctx := context.Background()

@@ -140,7 +140,7 @@ func TestKinesisChildEndsBeforeFirstCommit(t *testing.T) {
 	ctx := context.Background()
 	const child = "shardId-000000000002"
 	handed := map[string][]byte{"kdev-001#temperature": []byte("open window"), "kdev-001#humidity": []byte("open window too")}
-	sh := &shardState{id: child, part: shardNumber(child), proc: &countingProc{}, handoff: handed,
+	sh := &shardState{id: child, part: shardNumber(child), unit: unit{proc: &countingProc{}, handoff: handed},
 		cl: testShardProducer(t, k, "kin.c1s."+child)}
 	k.shards[child] = sh
 	if err := k.End(ctx, kinesis.Shard{ID: child, Parents: []string{"shardId-000000000000"}}, []string{"shardId-000000000004"}); err != nil {
@@ -157,7 +157,7 @@ func TestKinesisChildEndsBeforeFirstCommit(t *testing.T) {
 	if err := b.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := k.loadUnit(ctx, testShardProducer(t, k, "kin.c1s.shardId-000000000004"), child)
+	st, err := k.loadUnit(ctx, testShardProducer(t, k, "kin.c1s.shardId-000000000004"), child, true)
 	if err != nil {
 		t.Fatal(err)
 	}

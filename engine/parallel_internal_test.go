@@ -81,7 +81,7 @@ func TestPartitionsOfOnePollRunConcurrently(t *testing.T) {
 	procs := map[int32]*barrierProc{}
 	for p := range int32(3) {
 		procs[p] = &barrierProc{b: b}
-		s.parts[p] = &partState{proc: procs[p], nextInput: 1} // offset 0 is in the restored state
+		s.parts[p] = &partState{unit: unit{proc: procs[p]}, nextInput: 1} // offset 0 is in the restored state
 		s.owned[p] = true
 	}
 	fetches := kgo.Fetches{

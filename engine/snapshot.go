@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -79,19 +78,6 @@ type pendingSnap struct {
 	records int     // changelog records it wrote
 }
 
-// snapshotDue reports whether partition ps should snapshot in this commit,
-// which writes changes more changelog records.
-func snapshotDue(ps *partState, changes int) bool {
-	return snapshotDueN(ps.sinceSnap, ps.liveKeys, changes)
-}
-
-// snapshotDueN reports whether a unit that wrote since changelog records
-// since its last snapshot (or restore) and had keys live entries then
-// should snapshot in a commit that writes changes more.
-func snapshotDueN(since int64, keys, changes int) bool {
-	return since+int64(changes) > snapshotRatio*int64(max(keys, snapshotFloor))
-}
-
 // scanUnit calls fn with every committed entry of unit u (its Pebble
 // range: the state of its last commit) whose key skip does not hold.
 func (e *Engine) scanUnit(u unitRef, skip map[string]bool, fn func(k, v []byte)) error {
@@ -103,59 +89,19 @@ func (e *Engine) scanUnit(u unitRef, skip map[string]bool, fn func(k, v []byte))
 	})
 }
 
-// snapshot produces the marker and every committed entry of partition p
-// whose key changes holds not (changes follow it on the changelog). The
-// committed entries are Pebble's: commit writes every change there after
-// its transaction, and restore writes every entry it read, so the
-// partition's Pebble range is its state at the last commit.
-func (s *liveStage) snapshot(ctx context.Context, p int32, changes []pendingEntry) error {
-	changed := make(map[string]bool, len(changes))
-	keys := 0
-	for _, c := range changes {
-		changed[string(c.key)] = c.val != nil
-	}
-	for _, live := range changed {
-		if live {
-			keys++
-		}
-	}
-	s.snapSeq++
-	ps := &pendingSnap{ref: snapRef{offset: -1, token: fmt.Sprintf("%s.%d.%d", s.e.instance, s.started.UnixNano(), s.snapSeq)}}
-	s.snaps[p] = ps
-	s.produceThen(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keySnapshot, Value: []byte(ps.ref.token)}, func(r *kgo.Record) {
-		ps.ref.offset, ps.placed = r.Offset, true
-	})
-	n := 1
-	skip := make(map[string]bool, len(changed))
-	for k := range changed {
-		skip[k] = true
-	}
-	err := s.e.scanUnit(unitRef{ns: s.spec.Name, part: p}, skip, func(k, v []byte) {
-		r := s.slab.record()
-		r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, s.slab.bytes(keyPrefix, k), s.slab.bytes(nil, v)
-		s.produce(ctx, r)
-		keys++
-		n++
-	})
-	if err != nil {
-		return fmt.Errorf("snapshot partition %d: read state: %w", p, err)
-	}
-	ps.keys, ps.records = keys, n
-	return nil
-}
-
 // snapMetadata is the metadata partition p's offset commit in the open
 // transaction carries: the snapshot of the transaction, else the last
 // committed one. ok false: none known (kgo's default metadata stays, and a
 // new owner reads the changelog from its start).
 func (s *liveStage) snapMetadata(p int32) (string, bool) {
-	s.prodMu.Lock()
-	defer s.prodMu.Unlock()
-	if sn, ok := s.snaps[p]; ok && sn.placed {
-		sn.written = true
-		return sn.ref.metadata(), true
+	ps, ok := s.parts[p]
+	if !ok {
+		return "", false
 	}
-	if ps, ok := s.parts[p]; ok && ps.snap.valid() {
+	if ref, ok := s.txn.snapshotOf(&ps.unit, true); ok {
+		return ref.metadata(), true
+	}
+	if ps.snap.valid() {
 		return ps.snap.metadata(), true
 	}
 	return "", false

@@ -38,8 +38,8 @@ func TestSnapshotDue(t *testing.T) {
 		{399_000, 200_000, 1000, false}, // 2 × 200 k
 		{399_000, 200_000, 1001, true},
 	} {
-		ps := &partState{sinceSnap: tc.since, liveKeys: tc.keys}
-		if got := snapshotDue(ps, tc.changes); got != tc.want {
+		u := &unit{sinceSnap: tc.since, liveKeys: tc.keys}
+		if got := u.snapshotDue(tc.changes); got != tc.want {
 			t.Errorf("since %d, keys %d, changes %d: due %v, want %v", tc.since, tc.keys, tc.changes, got, tc.want)
 		}
 	}

@@ -18,9 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
-	"github.com/kandle/kandle/internal/invariant"
 	"github.com/kandle/kandle/processors"
-	"github.com/kandle/kandle/state"
 )
 
 // liveStage runs one processor stage as a member of its consumer group,
@@ -57,65 +55,33 @@ type liveStage struct {
 
 	inTxn    bool
 	txnStart time.Time
-	prodMu   sync.Mutex
-	prodErr  error
-	clMax    map[int32]int64        // highest changelog offset produced in the open txn
-	pending  []pendingEntry         // state entries produced in the open txn
-	clKeys   [][]byte               // commit: the changelog keys of one partition's changes, as in pending
-	snaps    map[int32]*pendingSnap // snapshots produced in the open txn (guarded by prodMu once produced)
-	snapSeq  int64
-	started  time.Time // when the stage was made: part of its snapshot tokens
+	txn      *unitTxn     // the open transaction's records, changes and snapshots; its commit
+	snapSeq  atomic.Int64 // snapshots made (their tokens)
 	out      processors.Output
 
-	slab    outSlab                  // records and bytes of what the loop goroutine produces (changelog, idle advance)
-	promise func(*kgo.Record, error) // s.produced, made once (a closure per record was an allocation each)
-	work    []partWork               // processFetches' partitions, kept between polls
-
-	em *emitter
+	slab  outSlab      // records and bytes of what idle advance produces
+	work  []partWork   // processFetches' partitions, kept between polls
+	units []unitCommit // commit: the partitions' parts, kept between commits
 }
 
 type partState struct {
-	proc      processor
+	unit             // consumed: processed input (or a transaction marker) since the last commit
 	src       string // "partition <n>", for logs and the panic book
 	nextInput int64
-	consumed  bool // processed input since the last commit
 	touched   bool // produced live updates since the last Active pass
 
 	// quietSince is the wall time (the engine's clock) since which this
 	// process has received nothing for the partition and not seen it behind
 	// its input; it starts at the restore. See idleAdvance.
 	quietSince time.Time
-
-	// snap is the last committed snapshot of the partition (snapshot.go),
-	// carried in the metadata of every offset commit; sinceSnap counts the
-	// changelog records a restore from it reads beyond the snapshot, and
-	// liveKeys the entries of the state when last counted.
-	snap      snapRef
-	sinceSnap int64
-	liveKeys  int
-	settled   bool // a transaction committed since the restore
-
-	// What processing the partition's input emits, and the records and
-	// bytes it is produced from: the partition's own, so that partitions
-	// can be processed concurrently (processFetches).
-	out  processors.Output
-	slab outSlab
-}
-
-type pendingEntry struct {
-	partition int32
-	key, val  []byte
 }
 
 func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	s := &liveStage{spec: spec, e: e, log: e.log.With("stage", spec.Name),
 		changelog: e.g.changelogTopic(spec.Name), parts: map[int32]*partState{},
-		clMax: map[int32]int64{}, live: e.live[spec.Name], owned: map[int32]bool{},
-		snaps: map[int32]*pendingSnap{}, started: time.Now(),
+		live: e.live[spec.Name], owned: map[int32]bool{},
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
-	s.promise = s.produced
-	s.em = &emitter{e: e, spec: spec, input: spec.InputTopic, log: s.log}
 	if !spec.Rollup && spec.Proc != nil {
 		s.idleTimeout = spec.Proc.IdleTimeout
 	}
@@ -167,6 +133,8 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		return nil, fmt.Errorf("stage %s: kafka restore client: %w", spec.Name, err)
 	}
 	s.sess, s.restoreCl, s.admin = sess, rc, kadm.NewClient(rc)
+	s.txn = newUnitTxn(e, spec, s.changelog, s.log, &emitter{e: e, spec: spec, input: spec.InputTopic, log: s.log},
+		e.instance+"."+strconv.FormatInt(time.Now().UnixNano(), 10), &s.snapSeq, sess.Produce, sess.Client().Flush)
 	return s, nil
 }
 
@@ -392,7 +360,7 @@ func (s *liveStage) processPart(ctx context.Context, ps *partState, batches [][]
 		s.accepted.Add(float64(n - len(ps.out.Rejected)))
 		s.rejectedRecords.Add(float64(len(ps.out.Rejected)))
 	}
-	s.emitOut(ctx, &ps.out, &ps.slab)
+	s.txn.emit(ctx, &ps.out, &ps.slab)
 	return nil
 }
 
@@ -593,8 +561,8 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	}
 	// A StoreUser reads its state from Pebble once the changelog tail is
 	// in; everything else is restored into memory from entries.
-	su, inStore := proc.(processors.StoreUser)
-	st, err := s.e.restoreUnit(ctx, unitRef{ns: name, part: p, clPart: p}, unitIO{
+	ref := unitRef{ns: name, part: p, clPart: p}
+	st, err := s.e.restoreUnit(ctx, ref, unitIO{
 		changelog: s.changelog, log: s.log,
 		barrier: func(ctx context.Context) (int64, error) {
 			res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
@@ -619,23 +587,15 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 		// Every commit of ours carries the snapshot position on with the
 		// group's offset.
 		snapshot: func(ctx context.Context) (snapRef, bool) { return s.committedSnapshot(ctx, p) },
-	}, !inStore)
+	}, !inStore(proc))
 	if err != nil {
 		return nil, 0, err
 	}
-	for k, v := range st.entries {
-		if err := proc.Restore([]byte(k), v); err != nil {
-			return nil, 0, fmt.Errorf("restore entry %q: %w", k, err)
-		}
+	if err := s.e.startProcessor(proc, ref, st.entries); err != nil {
+		return nil, 0, err
 	}
-	if inStore {
-		if err := su.UseStore(partStore{s.e.store, name, p}); err != nil {
-			return nil, 0, err
-		}
-		proc.ResetIdle() // built before the changelog read: its idle clock starts now
-	}
-	ps := &partState{proc: proc, src: "partition " + strconv.Itoa(int(p)), nextInput: st.progress.next, sinceSnap: int64(st.records),
-		liveKeys: len(st.entries), snap: st.snap}
+	ps := &partState{unit: unit{proc: proc, sinceSnap: int64(st.records), liveKeys: len(st.entries), snap: st.snap},
+		src: "partition " + strconv.Itoa(int(p)), nextInput: st.progress.next}
 	return ps, st.records, nil
 }
 
@@ -659,17 +619,8 @@ func (s *liveStage) emit(ctx context.Context) error {
 	if err := s.begin(); err != nil {
 		return err
 	}
-	s.emitOut(ctx, &s.out, &s.slab)
+	s.txn.emit(ctx, &s.out, &s.slab)
 	return nil
-}
-
-// emitOut produces out's candles, events, quiet records and dead letters
-// in the open transaction, the records and candle bytes from slab. Safe to
-// run for several partitions at once, each with its own out and slab.
-func (s *liveStage) emitOut(ctx context.Context, out *processors.Output, slab *outSlab) {
-	if len(out.Candles)+len(out.Events)+len(out.Rejected)+len(out.Quiet) > 0 {
-		s.em.emit(ctx, out, slab, s.produce)
-	}
 }
 
 func (s *liveStage) begin() error {
@@ -681,39 +632,6 @@ func (s *liveStage) begin() error {
 	}
 	s.inTxn, s.txnStart = true, time.Now()
 	return nil
-}
-
-func (s *liveStage) produce(ctx context.Context, r *kgo.Record) {
-	s.sess.Produce(ctx, r, s.promise)
-}
-
-// produceThen produces r like produce and, once it is written, calls ok
-// with it (holding prodMu). Its promise is a closure: for rare records only
-// (snapshot markers).
-func (s *liveStage) produceThen(ctx context.Context, r *kgo.Record, ok func(*kgo.Record)) {
-	s.sess.Produce(ctx, r, func(r *kgo.Record, err error) {
-		s.produced(r, err)
-		if err == nil {
-			s.prodMu.Lock()
-			defer s.prodMu.Unlock()
-			ok(r)
-		}
-	})
-}
-
-// produced is the promise of every record the stage produces.
-func (s *liveStage) produced(r *kgo.Record, err error) {
-	s.prodMu.Lock()
-	defer s.prodMu.Unlock()
-	if err != nil {
-		if s.prodErr == nil {
-			s.prodErr = err
-		}
-		return
-	}
-	if cur, ok := s.clMax[r.Partition]; r.Topic == s.changelog && (!ok || r.Offset > cur) {
-		s.clMax[r.Partition] = r.Offset
-	}
 }
 
 // publishActive hands changed open candles to the live publishers.
@@ -734,116 +652,48 @@ func (s *liveStage) publishActive() {
 	}
 }
 
-// commit ends the open transaction: state changes and input offsets go to
-// the changelog, then everything commits atomically, then Pebble follows.
+// commit ends the open transaction through the unit's commit path
+// (unitTxn.commit): state changes and progress go to the changelog, then
+// everything commits atomically with the input offsets, then Pebble
+// follows.
 func (s *liveStage) commit(ctx context.Context) error {
-	consumed := false
+	units := s.units[:0]
 	for p, ps := range s.parts {
-		if err := storeFailure(ps.proc); err != nil {
-			// What it produced may be wrong: never commit it.
-			return fmt.Errorf("stage %s partition %d: %w", s.spec.Name, p, err)
-		}
+		units = append(units, unitCommit{u: &ps.unit, ref: unitRef{ns: s.spec.Name, part: p, clPart: p}, src: ps.src,
+			progress: progressOf(ps.proc, ps.nextInput, "")})
 	}
-	changes := map[int32]int{}
-	for p, ps := range s.parts {
-		consumed = consumed || ps.consumed
-		first := len(s.pending)
-		s.clKeys = s.clKeys[:0]
-		ps.proc.Changes(func(k, v []byte) {
-			key := s.slab.bytes(keyPrefix, k)
-			var val []byte  // nil: a deletion (a tombstone)
-			if len(v) > 0 { // as cloneOrNil: an empty value is a deletion too
-				val = s.slab.bytes(nil, v)
-			}
-			s.pending = append(s.pending, pendingEntry{p, key[1:], val})
-			s.clKeys = append(s.clKeys, key)
-		})
-		changed := s.pending[first:]
-		changes[p] = len(changed)
-		// Only a partition whose offset this transaction commits can record
-		// a snapshot (its position rides on that commit), and never in the
-		// first commit after its restore: that one carries the takeover's
-		// first output, which a copy of the whole state would delay.
-		snap := ps.consumed && ps.settled && snapshotDue(ps, len(changed))
-		if snap {
-			// The snapshot goes first: the changes of this transaction follow it.
-			if err := s.snapshot(ctx, p, changed); err != nil {
-				return fmt.Errorf("stage %s: %w", s.spec.Name, err)
-			}
-		}
-		for i, pe := range changed {
-			r := s.slab.record()
-			r.Topic, r.Partition, r.Key, r.Value = s.changelog, p, s.clKeys[i], pe.val
-			s.produce(ctx, r)
-		}
-		if ps.consumed || snap {
-			s.produce(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyOffset, Value: progressOf(ps.proc, ps.nextInput, "").encode()})
-		}
+	_, err := s.txn.commit(ctx, units, s)
+	clear(units)
+	s.units = units[:0]
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", s.spec.Name, err)
 	}
-	committed, err := s.end(ctx, kgo.TryCommit, consumed)
-	pending, clMax, snaps := s.pending, s.clMax, s.snaps
-	s.pending, s.clMax, s.prodErr, s.snaps = nil, map[int32]int64{}, nil, map[int32]*pendingSnap{}
-	if err != nil || !committed {
-		return err
-	}
-	invariant.Check(err == nil && committed, "stage %s: Pebble written after a transaction that did not commit (it would be ahead of the changelog)", s.spec.Name)
-	batch := s.e.store.NewBatch()
-	for _, pe := range pending {
-		batch.Set(s.spec.Name, pe.partition, pe.key, pe.val)
-	}
-	for p, ps := range s.parts {
-		ps.consumed, ps.settled = false, true
-		ps.sinceSnap += int64(changes[p])
-		if sn, ok := snaps[p]; ok {
-			s.e.m.snapshots.WithLabelValues(s.spec.Name).Inc()
-			s.e.m.snapshotRecords.WithLabelValues(s.spec.Name).Add(float64(sn.records))
-			ps.liveKeys = sn.keys
-			s.log.Debug("snapshot committed", "partition", p, "keys", sn.keys, "records", sn.records, "offset", sn.ref.offset, "recorded", sn.written)
-			if sn.written {
-				// Committed with its position: a restore reads from it.
-				ps.snap, ps.sinceSnap = sn.ref, int64(changes[p])
-			}
-		}
-		if off, ok := clMax[p]; ok {
-			batch.SetMeta(s.spec.Name, p, state.Meta{ChangelogOffset: off + 1, InputOffset: ps.nextInput})
-		}
-	}
-	return batch.Commit()
+	return nil
 }
 
-// end ends the open transaction with try (the commit's end, or an abort)
-// and reports whether it committed. When it did not, every partition is
-// dropped: handleEvents rebuilds the ones the group still gives us from
-// Pebble + changelog, which hold the last commit (a partition revoked
-// meanwhile is not rebuilt: no ghost owner). An error means the producer
-// is fenced, or its transaction could be neither ended nor aborted: its
-// state is unknown (the next Begin would fail with "already in a
-// transaction"), so the stage must drop its clients and be rebuilt
-// (supervise).
-func (s *liveStage) end(ctx context.Context, try kgo.TransactionEndTry, consumed bool) (bool, error) {
-	start := time.Now()
-	endCtx, cancel := s.endContext(ctx)
-	defer cancel()
-	endCtx = s.withSnapMetadata(endCtx)
-	if try == kgo.TryCommit {
-		if err := s.sess.Client().Flush(endCtx); err != nil {
-			try = kgo.TryAbort
-		}
-	}
-	s.prodMu.Lock()
-	prodErr := s.prodErr
-	s.prodMu.Unlock()
-	if prodErr != nil && try == kgo.TryCommit {
-		s.log.Warn("produce failed; aborting transaction", "err", prodErr)
-		try = kgo.TryAbort
+// end ends the open transaction with try (positionCommitter: the consumed
+// offsets commit inside it, each with its partition's snapshot position as
+// metadata) and reports whether it committed. When it did not, every
+// partition is dropped: handleEvents rebuilds the ones the group still
+// gives us from Pebble + changelog, which hold the last commit (a
+// partition revoked meanwhile is not rebuilt: no ghost owner). An error
+// means the producer is fenced, or its transaction could be neither ended
+// nor aborted: its state is unknown (the next Begin would fail with
+// "already in a transaction"), so the stage must drop its clients and be
+// rebuilt (supervise).
+func (s *liveStage) end(ctx context.Context, try kgo.TransactionEndTry) (bool, error) {
+	ctx = s.withSnapMetadata(ctx)
+	consumed := false
+	for _, ps := range s.parts {
+		consumed = consumed || ps.consumed
 	}
 	if try == kgo.TryCommit && !consumed {
-		if err := s.proveMembership(endCtx); err != nil {
+		if err := s.proveMembership(ctx); err != nil {
 			s.log.Warn("a transaction without input could not prove group membership; aborting it (a rebalance moved our partitions, or we were paused past the session timeout)", "err", err)
 			try = kgo.TryAbort
 		}
 	}
-	committed, err := s.endTxn(endCtx, try)
+	committed, err := s.endTxn(ctx, try)
 	if err != nil && !isFatalTxnErr(err) && !isFencedProducer(err) {
 		// franz-go keeps the transaction open when EndTxn fails (e.g. a
 		// zombie that was fenced while paused); the documented cure is an
@@ -851,7 +701,7 @@ func (s *liveStage) end(ctx context.Context, try kgo.TransactionEndTry, consumed
 		// Begin fails with "already in a transaction".
 		aborted := false
 		for range 3 {
-			_, aerr := s.endTxn(endCtx, kgo.TryAbort)
+			_, aerr := s.endTxn(ctx, kgo.TryAbort)
 			if aerr == nil {
 				aborted = true
 				break
@@ -868,20 +718,24 @@ func (s *liveStage) end(ctx context.Context, try kgo.TransactionEndTry, consumed
 			err = fmt.Errorf("%w: %w", errTxnUnknown, err)
 		}
 	}
-	s.e.m.commitSecs.WithLabelValues(s.spec.Name).Observe(time.Since(start).Seconds())
 	s.inTxn = false
 	if err == nil && committed {
-		s.e.m.transactions.WithLabelValues(s.spec.Name, "committed").Inc()
 		return true, nil
 	}
-	s.e.m.transactions.WithLabelValues(s.spec.Name, "aborted").Inc()
 	s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
 	clear(s.parts)
 	if err != nil {
-		return false, fmt.Errorf("stage %s: end transaction: %w", s.spec.Name, err)
+		return false, fmt.Errorf("end transaction: %w", err)
 	}
 	return false, nil
 }
+
+// after: the offsets committed inside the transaction (positionCommitter).
+func (s *liveStage) after(context.Context) error { return nil }
+
+// positionInTxn: a snapshot counts once its position is in the offset
+// commit (positionCommitter).
+func (s *liveStage) positionInTxn() bool { return true }
 
 // errTxnUnknown: a transaction could be neither committed nor aborted, so
 // the producer's state is unknown; only a new client can go on.
@@ -903,9 +757,10 @@ func (s *liveStage) abort(ctx context.Context) error {
 		clear(s.parts)
 		return nil
 	}
-	_, err := s.end(ctx, kgo.TryAbort, false)
-	s.pending, s.clMax, s.prodErr, s.snaps = nil, map[int32]int64{}, nil, map[int32]*pendingSnap{}
-	return err
+	if err := s.txn.abort(ctx, s); err != nil {
+		return fmt.Errorf("stage %s: %w", s.spec.Name, err)
+	}
+	return nil
 }
 
 func cloneOrNil(v []byte) []byte {
@@ -930,8 +785,8 @@ const stopGrace = 5 * time.Second
 // endContext bounds ending a transaction: 2× the transaction timeout, ctx's
 // deadline if sooner, and stopGrace once ctx is canceled (a stop must not
 // wait for a stuck commit, and aborting is always safe).
-func (s *liveStage) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	limit := time.Now().Add(2 * s.e.txnTimeout)
+func (e *Engine) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	limit := time.Now().Add(2 * e.txnTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(limit) {
 		limit = dl
 	}

@@ -6,11 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kandle/kandle/internal/invariant"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
 )
@@ -19,10 +23,12 @@ import (
 // input partition or of one Kinesis shard, with its committed state. This
 // file holds what a unit is whatever its source — its changelog key
 // layout, its progress record, its restore (Pebble, then the changelog
-// from a snapshot or Pebble's position up to a barrier) and the emission
-// of its output; the drivers (stage.go for Kafka partitions, kinesis.go for
-// Kinesis shards) bring assignment or leases, fetching and the commit of
-// the source position.
+// from a snapshot or Pebble's position up to a barrier), its running state
+// (unit), the emission of its output and its commit (unitTxn.commit: the
+// changelog, snapshots, the end of the transaction, Pebble); the drivers
+// (stage.go for Kafka partitions, kinesis.go for Kinesis shards) bring
+// assignment or leases, fetching, opening the transaction and committing
+// the source position (positionCommitter).
 
 // unitKeys is the changelog key layout of one unit: every record of the
 // unit is its prefix followed by the record kind — 'p' and the processor's
@@ -178,7 +184,7 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 		entries[string(k)] = append([]byte(nil), v...)
 		return nil
 	}
-	if !inMemory && !u.seqInPebble {
+	if !inMemory {
 		load = nil
 	}
 	meta, ok, err := e.store.Load(u.ns, u.part, load)
@@ -189,9 +195,17 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 	if ok {
 		from, st.progress.next = meta.ChangelogOffset, meta.InputOffset
 	}
-	if v, has := entries[pebbleProgressKey]; has {
-		st.progress, _ = decodeUnitProgress(v)
+	if u.seqInPebble {
+		v, has := entries[pebbleProgressKey]
 		delete(entries, pebbleProgressKey)
+		if !inMemory {
+			if v, has, err = e.store.Get(u.ns, u.part, []byte(pebbleProgressKey)); err != nil {
+				return st, err
+			}
+		}
+		if has {
+			st.progress, _ = decodeUnitProgress(v)
+		}
 	}
 	// The snapshot committed with the source position: an empty disk reads
 	// the changelog from it.
@@ -337,4 +351,397 @@ func (em *emitter) emit(ctx context.Context, out *processors.Output, slab *outSl
 		em.e.m.rejected.WithLabelValues(em.spec.Name, string(r.Reason)).Inc()
 		em.log.Debug("record rejected", "reason", r.Reason, "detail", r.Detail, "key", r.Key, "partition", r.Partition, "offset", r.Offset)
 	}
+}
+
+// unit is the running state of one exactly-once unit between commits,
+// whatever its source: its processor, what it emitted since the last
+// commit and its snapshot bookkeeping. partState (a Kafka partition) and
+// shardState (a Kinesis shard) embed it; unitTxn.commit commits it.
+type unit struct {
+	proc processor
+	// consumed: the open transaction commits a new source position of the
+	// unit (Kafka: the partition consumed input; a shard: every commit).
+	// Only then does the transaction write its progress record and may it
+	// hold a snapshot (the snapshot's position rides on the position's
+	// commit).
+	consumed bool
+	// settled: a transaction committed since the restore. The first commit
+	// after a restore carries a takeover's first output, which a copy of the
+	// whole state would delay: it never snapshots.
+	settled bool
+	// snap is the unit's last committed snapshot (snapshot.go), carried with
+	// every commit of its position; sinceSnap counts the changelog records a
+	// restore from it reads beyond the snapshot, and liveKeys the entries of
+	// the state when last counted.
+	snap      snapRef
+	sinceSnap int64
+	liveKeys  int
+	// handoff: state entries not yet committed that the unit's next commit
+	// writes (a child shard's share of its parents' state, resharding).
+	handoff map[string][]byte
+
+	// What processing the unit's input emits, and the records and bytes it
+	// is produced from: the unit's own, so units can be processed
+	// concurrently.
+	out  processors.Output
+	slab outSlab
+}
+
+// snapshotDue reports whether the unit should snapshot in a commit that
+// writes changes changelog records.
+func (u *unit) snapshotDue(changes int) bool {
+	return u.sinceSnap+int64(changes) > snapshotRatio*int64(max(u.liveKeys, snapshotFloor))
+}
+
+// start gives a processor built for the unit its restored state: entries
+// go into memory (Restore), except for a processors.StoreUser, which reads
+// the unit's Pebble range instead (partStore). Entries for a StoreUser are
+// a handoff not yet committed: they are put in its Pebble range without a
+// position, so a restore before the unit's first commit drops them and
+// hands over again.
+func (e *Engine) startProcessor(proc processor, ref unitRef, entries map[string][]byte) error {
+	su, inStore := proc.(processors.StoreUser)
+	if !inStore {
+		for k, v := range entries {
+			if err := proc.Restore([]byte(k), v); err != nil {
+				return fmt.Errorf("restore entry %q: %w", k, err)
+			}
+		}
+		return nil
+	}
+	if len(entries) > 0 {
+		batch := e.store.NewBatch()
+		for k, v := range entries {
+			batch.Set(ref.ns, ref.part, []byte(k), v)
+		}
+		if err := batch.Commit(); err != nil {
+			return fmt.Errorf("write handed-over state: %w", err)
+		}
+	}
+	if err := su.UseStore(partStore{e.store, ref.ns, ref.part}); err != nil {
+		return err
+	}
+	proc.ResetIdle() // built before the changelog read: its idle clock starts now
+	return nil
+}
+
+// stateWhere says where proc's committed state lives, for logs: "pebble"
+// (a processors.StoreUser) or "memory".
+func stateWhere(proc processor) string {
+	if inStore(proc) {
+		return "pebble"
+	}
+	return "memory"
+}
+
+// inStore reports whether proc reads its committed state from the unit's
+// Pebble range (processors.StoreUser) rather than from restored entries.
+func inStore(proc processor) bool {
+	_, ok := proc.(processors.StoreUser)
+	return ok
+}
+
+// A positionCommitter is how a source commits the position of the units of
+// a transaction: the one thing the commit path (unitTxn.commit) leaves to
+// a driver.
+//
+// Kafka (liveStage) commits the input offsets inside the transaction: end
+// ends the group session's transaction, whose TxnOffsetCommit carries each
+// partition's offset and snapshot position; after does nothing. Kinesis
+// (shardPosition) checkpoints the shard's sequence number in its lease
+// after the transaction: end only ends the shard producer's transaction,
+// after writes the checkpoint with the unit's snapshot position. The
+// package doc says why a checkpoint after the commit is safe.
+type positionCommitter interface {
+	// end ends the open transaction with try (kgo.TryAbort when producing
+	// failed) and reports whether it committed. An error means the
+	// producer's state is unknown or fenced.
+	end(ctx context.Context, try kgo.TransactionEndTry) (committed bool, err error)
+	// after runs once the transaction committed and Pebble followed.
+	after(ctx context.Context) error
+	// positionInTxn reports whether the positions commit inside the
+	// transaction: then a snapshot counts as committed only if end put its
+	// position in (unitTxn.snapshotOf); otherwise every later after
+	// carries it.
+	positionInTxn() bool
+}
+
+// unitCommit is one unit's part in a commit.
+type unitCommit struct {
+	u        *unit
+	ref      unitRef
+	src      string       // the unit in errors and logs ("partition 3", "shard shardId-…")
+	progress unitProgress // its progress record, written when u.consumed (or with a snapshot)
+}
+
+// unitTxn is the open transaction of a driver, over one or more units (a
+// Kafka stage's partitions, or one Kinesis shard), and the one commit path
+// of both sources: emission, changelog records, snapshots, the end of the
+// transaction and Pebble after it.
+type unitTxn struct {
+	e         *Engine
+	spec      *stageSpec
+	changelog string
+	log       *slog.Logger
+	em        *emitter
+	// send produces a record in the transaction (the driver's
+	// transactional producer); flush waits for every record sent.
+	send  func(context.Context, *kgo.Record, func(*kgo.Record, error))
+	flush func(context.Context) error
+	// tokens names the snapshots it makes: prefix, then a count.
+	tokenPrefix string
+	tokens      *atomic.Int64
+
+	promise func(*kgo.Record, error) // t.produced, made once
+	slab    outSlab                  // the changelog records and bytes it produces
+
+	mu      sync.Mutex // guards err, clMax and the snapshots' placement
+	err     error      // the first failed produce
+	clMax   map[int32]int64
+	pending []pendingEntry
+	clKeys  [][]byte // commit: the changelog keys of one unit's changes, as in pending
+	snaps   map[*unit]*pendingSnap
+}
+
+// pendingEntry is a state change produced in the open transaction, to be
+// written to Pebble once it commits.
+type pendingEntry struct {
+	ref      *unitRef
+	key, val []byte
+}
+
+func newUnitTxn(e *Engine, spec *stageSpec, changelog string, log *slog.Logger, em *emitter, tokenPrefix string, tokens *atomic.Int64,
+	send func(context.Context, *kgo.Record, func(*kgo.Record, error)), flush func(context.Context) error) *unitTxn {
+	t := &unitTxn{e: e, spec: spec, changelog: changelog, log: log, em: em, send: send, flush: flush,
+		tokenPrefix: tokenPrefix, tokens: tokens, clMax: map[int32]int64{}, snaps: map[*unit]*pendingSnap{}}
+	t.promise = t.produced
+	return t
+}
+
+// produce produces r in the transaction.
+func (t *unitTxn) produce(ctx context.Context, r *kgo.Record) { t.send(ctx, r, t.promise) }
+
+// produced is the promise of every record of the transaction.
+func (t *unitTxn) produced(r *kgo.Record, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		if t.err == nil {
+			t.err = err
+		}
+		return
+	}
+	if cur, ok := t.clMax[r.Partition]; r.Topic == t.changelog && (!ok || r.Offset > cur) {
+		t.clMax[r.Partition] = r.Offset
+	}
+}
+
+// emit produces what a unit emitted (out, from slab) in the transaction.
+// Safe for concurrent use, each caller with its own out and slab.
+func (t *unitTxn) emit(ctx context.Context, out *processors.Output, slab *outSlab) {
+	if len(out.Candles)+len(out.Events)+len(out.Rejected)+len(out.Quiet) > 0 {
+		t.em.emit(ctx, out, slab, t.produce)
+	}
+}
+
+// reset forgets what the ended transaction produced.
+func (t *unitTxn) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pending, t.err = nil, nil
+	t.clMax, t.snaps = map[int32]int64{}, map[*unit]*pendingSnap{}
+}
+
+// snapshotOf is the snapshot unit u made in the open transaction, once its
+// marker's offset is known; mark records that its position goes into the
+// transaction's commit of the unit's position. Called by positionCommitter.end.
+func (t *unitTxn) snapshotOf(u *unit, mark bool) (snapRef, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sn, ok := t.snaps[u]
+	if !ok || !sn.placed {
+		return snapRef{}, false
+	}
+	if mark {
+		sn.written = true
+	}
+	return sn.ref, true
+}
+
+// commit commits the units' changes and positions (see "The exactly-once
+// unit" in the package doc): for each unit it produces its state changes
+// (after a snapshot of its whole state when one is due) and its progress
+// record to the changelog, in the open transaction that already holds its
+// emissions; then pos ends the transaction; only if it committed are the
+// changes and positions written to Pebble, and then pos.after runs. It
+// returns with the transaction ended (committed or aborted), reporting
+// whether it committed; an error from ending it means the producer's state
+// is unknown (the driver drops it).
+func (t *unitTxn) commit(ctx context.Context, units []unitCommit, pos positionCommitter) (bool, error) {
+	for _, c := range units {
+		if err := storeFailure(c.u.proc); err != nil {
+			// What it produced may be wrong: never commit it.
+			return false, errors.Join(fmt.Errorf("%s: %w", c.src, err), t.abort(ctx, pos))
+		}
+	}
+	changes := make([]int, len(units))
+	progress := make([][]byte, len(units))
+	for i, c := range units {
+		u := c.u
+		first := len(t.pending)
+		t.clKeys = t.clKeys[:0]
+		n := len(c.ref.keys.prefix) + 1
+		add := func(k, v []byte) {
+			key := c.ref.keys.entry(&t.slab, k)
+			var val []byte  // nil: a deletion (a tombstone)
+			if len(v) > 0 { // as cloneOrNil: an empty value is a deletion too
+				val = t.slab.bytes(nil, v)
+			}
+			t.pending = append(t.pending, pendingEntry{&units[i].ref, key[n:], val})
+			t.clKeys = append(t.clKeys, key)
+		}
+		for k, v := range u.handoff { // a handoff is persisted with the unit's first commit
+			add([]byte(k), v)
+		}
+		u.proc.Changes(add)
+		changed := t.pending[first:]
+		changes[i] = len(changed)
+		snap := u.consumed && u.settled && u.snapshotDue(len(changed))
+		if snap {
+			// The snapshot goes first: the changes of this transaction follow it.
+			if err := t.snapshot(ctx, c, changed); err != nil {
+				return false, errors.Join(err, t.abort(ctx, pos))
+			}
+		}
+		for j, pe := range changed {
+			r := t.slab.record()
+			r.Topic, r.Partition, r.Key, r.Value = t.changelog, c.ref.clPart, t.clKeys[j], pe.val
+			t.produce(ctx, r)
+		}
+		if u.consumed || snap {
+			progress[i] = c.progress.encode()
+			t.produce(ctx, &kgo.Record{Topic: t.changelog, Partition: c.ref.clPart, Key: c.ref.keys.progress(), Value: progress[i]})
+		}
+	}
+	committed, err := t.end(ctx, kgo.TryCommit, pos)
+	t.mu.Lock()
+	pending, clMax, snaps := t.pending, t.clMax, t.snaps
+	t.mu.Unlock()
+	t.reset()
+	if err != nil || !committed {
+		return false, err
+	}
+	invariant.Check(err == nil && committed, "stage %s: Pebble written after a transaction that did not commit (it would be ahead of the changelog)", t.spec.Name)
+	batch := t.e.store.NewBatch()
+	for _, pe := range pending {
+		batch.Set(pe.ref.ns, pe.ref.part, pe.key, pe.val)
+	}
+	for i, c := range units {
+		u := c.u
+		u.consumed, u.settled, u.handoff = false, true, nil
+		u.sinceSnap += int64(changes[i])
+		if sn, ok := snaps[u]; ok && sn.placed {
+			t.e.m.snapshots.WithLabelValues(t.spec.Name).Inc()
+			t.e.m.snapshotRecords.WithLabelValues(t.spec.Name).Add(float64(sn.records))
+			u.liveKeys = sn.keys
+			recorded := sn.written || !pos.positionInTxn()
+			t.log.Debug("snapshot committed", "unit", c.src, "keys", sn.keys, "records", sn.records, "offset", sn.ref.offset, "recorded", recorded)
+			if recorded {
+				// Committed with its position (or carried by every later
+				// checkpoint): a restore reads from it.
+				u.snap, u.sinceSnap = sn.ref, int64(changes[i])
+			}
+		}
+		if progress[i] != nil && c.ref.seqInPebble {
+			batch.Set(c.ref.ns, c.ref.part, []byte(pebbleProgressKey), progress[i])
+		}
+		if off, ok := clMax[c.ref.clPart]; ok {
+			batch.SetMeta(c.ref.ns, c.ref.part, state.Meta{ChangelogOffset: off + 1, InputOffset: c.progress.next})
+		}
+	}
+	if err := batch.Commit(); err != nil {
+		return true, err
+	}
+	return true, pos.after(ctx)
+}
+
+// end ends the transaction with try through pos, aborting instead when a
+// record could not be written, and counts it. It is bounded by
+// Engine.endContext.
+func (t *unitTxn) end(ctx context.Context, try kgo.TransactionEndTry, pos positionCommitter) (bool, error) {
+	start := time.Now()
+	endCtx, cancel := t.e.endContext(ctx)
+	defer cancel()
+	if try == kgo.TryCommit {
+		if err := t.flush(endCtx); err != nil {
+			try = kgo.TryAbort
+		}
+	}
+	t.mu.Lock()
+	perr := t.err
+	t.mu.Unlock()
+	if perr != nil && try == kgo.TryCommit {
+		t.log.Warn("produce failed; aborting transaction", "err", perr)
+		try = kgo.TryAbort
+	}
+	committed, err := pos.end(endCtx, try)
+	t.e.m.commitSecs.WithLabelValues(t.spec.Name).Observe(time.Since(start).Seconds())
+	if err == nil && committed {
+		t.e.m.transactions.WithLabelValues(t.spec.Name, "committed").Inc()
+		return true, nil
+	}
+	t.e.m.transactions.WithLabelValues(t.spec.Name, "aborted").Inc()
+	return false, err
+}
+
+// abort aborts the open transaction through pos.
+func (t *unitTxn) abort(ctx context.Context, pos positionCommitter) error {
+	_, err := t.end(ctx, kgo.TryAbort, pos)
+	t.reset()
+	return err
+}
+
+// snapshot produces, for unit c, a marker and every committed entry whose
+// key changes holds not (the changes follow it on the changelog). The
+// committed entries are Pebble's: commit writes every change there after
+// its transaction, and restore writes every entry it read, so the unit's
+// Pebble range is its state at the last commit.
+func (t *unitTxn) snapshot(ctx context.Context, c unitCommit, changes []pendingEntry) error {
+	changed := make(map[string]bool, len(changes)) // key → live after the changes
+	keys := 0
+	for _, pe := range changes {
+		changed[string(pe.key)] = pe.val != nil
+	}
+	skip := make(map[string]bool, len(changed))
+	for k, live := range changed {
+		skip[k] = true
+		if live {
+			keys++
+		}
+	}
+	ps := &pendingSnap{ref: snapRef{offset: -1, token: t.tokenPrefix + "." + strconv.FormatInt(t.tokens.Add(1), 10)}}
+	t.mu.Lock()
+	t.snaps[c.u] = ps
+	t.mu.Unlock()
+	t.send(ctx, &kgo.Record{Topic: t.changelog, Partition: c.ref.clPart, Key: c.ref.keys.marker(), Value: []byte(ps.ref.token)}, func(r *kgo.Record, err error) {
+		t.produced(r, err)
+		if err == nil {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			ps.ref.offset, ps.placed = r.Offset, true
+		}
+	})
+	n := 1
+	err := t.e.scanUnit(c.ref, skip, func(k, v []byte) {
+		r := t.slab.record()
+		r.Topic, r.Partition, r.Key, r.Value = t.changelog, c.ref.clPart, c.ref.keys.entry(&t.slab, k), t.slab.bytes(nil, v)
+		t.produce(ctx, r)
+		keys++
+		n++
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot %s: read state: %w", c.src, err)
+	}
+	ps.keys, ps.records = keys, n
+	return nil
 }
