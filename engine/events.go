@@ -99,7 +99,7 @@ type EventSink interface {
 func (s *sinkStage) takeEvents(sk *topology.Sink, st *stageSpec) error {
 	es, ok := s.sink.(EventSink)
 	if !ok {
-		return fmt.Errorf("sink %s: kind %s cannot take the events of %s (kind %s); use a dynamodb or valkey sink", s.name, sk.Kind, st.Name, st.Kind.Name)
+		return fmt.Errorf("sink %s: kind %s cannot take the events of %s (kind %s); use a dynamodb or valkey sink", s.name, sk.Kind, st.Name, st.Facts.Name)
 	}
 	if s.eventTopics == nil {
 		s.eventTopics = map[string]bool{}

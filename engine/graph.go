@@ -12,20 +12,15 @@ import (
 // processor is what a stage runs per input partition.
 type processor = processors.Processor
 
-// stageSpec is one processor of the topology, resolved: its topics and how
-// to build its per-partition processor.
+// stageSpec is one compiled stage of the topology (topology.Stage: name,
+// input, kind and facts, zoned timeframe) with what the engine adds to it:
+// its topics and how to build its per-partition processor.
 type stageSpec struct {
-	Name      string
-	Proc      *topology.Processor
-	Timeframe candle.Timeframe
-	Rollup    bool // it reads another processor's output (Kind.FromProcessor)
-	Kind      topology.KindFacts
-	// Input is the source name (candles) or upstream processor name (rollup).
-	Input       string
+	topology.Stage
+	Rollup      bool // it reads another processor's output (Kind.FromProcessor)
 	InputTopic  string
 	OutputTopic string
 	OutputParts int
-	source      *topology.Source // stages reading a source
 	decoder     processors.DecoderConfig
 	from        candle.Timeframe // rollups: the upstream timeframe
 	build       builder          // the kind's processor of one partition
@@ -42,15 +37,21 @@ type stageSpec struct {
 // newProcessor builds the processor of one input partition. live enables the
 // wall-clock idle advance.
 func (s *stageSpec) newProcessor(live bool, clock processors.Clock) (processor, error) {
-	return s.build(&Partition{Name: s.Name, Processor: s.Proc, Source: s.source, Decoder: s.decoder,
-		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups, Live: live, Clock: clock, StateLateness: s.stateLateness})
+	return s.build(s.partition(live, clock))
+}
+
+// partition describes the stage's processor of one input partition to its
+// kind.
+func (s *stageSpec) partition(live bool, clock processors.Clock) *Partition {
+	return &Partition{Name: s.Name, Processor: s.Processor, Source: s.Source, Decoder: s.decoder,
+		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups, Live: live, Clock: clock, StateLateness: s.stateLateness}
 }
 
 // kinesisSource returns the source of a stage that reads a Kinesis stream,
 // else nil.
 func (s *stageSpec) kinesisSource() *topology.Source {
-	if s.source != nil && s.source.IsKinesis() {
-		return s.source
+	if s.Source != nil && s.Source.IsKinesis() {
+		return s.Source
 	}
 	return nil
 }
@@ -77,10 +78,9 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 		if err != nil {
 			return nil, fmt.Errorf("processor %s: %w", st.Name, err)
 		}
-		facts := st.Facts
-		s := &stageSpec{Name: st.Name, Proc: p, Timeframe: st.Timeframe, Rollup: st.Upstream != nil, Kind: facts,
-			Input: st.Input, OutputTopic: p.Output.Topic, OutputParts: max(p.Output.Partitions, 1), build: build}
-		if facts.Timeframe && s.Timeframe.N == 0 {
+		s := &stageSpec{Stage: st, Rollup: st.Upstream != nil,
+			OutputTopic: p.Output.Topic, OutputParts: max(p.Output.Partitions, 1), build: build}
+		if st.Facts.Timeframe && s.Timeframe.N == 0 {
 			return nil, fmt.Errorf("processor %s: invalid timeframe %q (run kandle validate)", st.Name, p.Timeframe)
 		}
 		if s.Rollup {
@@ -93,8 +93,7 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 			if st.Source == nil {
 				return nil, fmt.Errorf("processor %s: no source named %q (run kandle validate)", st.Name, st.Input)
 			}
-			s.InputTopic = st.Source.Topic
-			s.source, s.decoder = st.Source, decoderConfig(st.Source)
+			s.InputTopic, s.decoder = st.Source.Topic, decoderConfig(st.Source)
 		}
 		g.byName[st.Name] = s
 		g.stages = append(g.stages, s)

@@ -98,13 +98,12 @@ func builderOf(k topology.ProcessorKind) (builder, error) {
 // resharderOf returns how stage s splits and merges its processors' state
 // across a Kinesis reshard: the kind's Resharder when it has one, else the
 // built-in one of its name; an error names a kind that has neither.
-func resharderOf(top *topology.Topology, s *stageSpec) (processors.Resharder, error) {
-	k, ok := top.KindOf(s.Proc)
-	if !ok {
-		return nil, fmt.Errorf("processor %s: unknown kind %q", s.Name, s.Proc.Kind)
+func resharderOf(s *stageSpec) (processors.Resharder, error) {
+	k := s.Kind
+	if k == nil {
+		return nil, fmt.Errorf("processor %s: unknown kind %q", s.Name, s.Processor.Kind)
 	}
-	p := &Partition{Name: s.Name, Processor: s.Proc, Source: s.source, Decoder: s.decoder,
-		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups}
+	p := s.partition(false, nil)
 	if rk, ok := k.(ReshardingKind); ok {
 		return rk.Resharder(p)
 	}

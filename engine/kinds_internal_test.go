@@ -74,12 +74,12 @@ processors:
 	want := map[string]processors.Resharder{"c1s": processors.CandleResharder{}, "m10s": processors.CandleResharder{Metrics: true},
 		"r5s": processors.RollupResharder{}, "quiet": processors.SilenceResharder{}, "q": processors.SilenceResharder{}}
 	for name, w := range want {
-		r, err := resharderOf(top, g.byName[name])
+		r, err := resharderOf(g.byName[name])
 		if err != nil || r != w {
 			t.Errorf("%s: resharder %#v, %v; want %#v", name, r, err, w)
 		}
 	}
-	_, err = resharderOf(top, g.byName["p"])
+	_, err = resharderOf(g.byName["p"])
 	if err == nil || !strings.Contains(err.Error(), "kind plain cannot follow a Kinesis split or merge") || !strings.Contains(err.Error(), "engine.ReshardingKind") {
 		t.Fatalf("kind without a resharder: %v", err)
 	}

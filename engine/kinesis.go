@@ -115,7 +115,7 @@ func (k *kinesisStage) run(ctx context.Context) error {
 	// Idle advance needs a shard listing younger than idle_timeout (see
 	// tickShard): list at least twice per idle_timeout.
 	shardSync := kc.LeaseTTL
-	if idle := k.spec.Proc.IdleTimeout; idle > 0 && (shardSync <= 0 || shardSync > idle/2) {
+	if idle := k.spec.Processor.IdleTimeout; idle > 0 && (shardSync <= 0 || shardSync > idle/2) {
 		shardSync = idle / 2
 	}
 	fanOut := kc.EnhancedFanOut
@@ -131,7 +131,7 @@ func (k *kinesisStage) run(ctx context.Context) error {
 		return fmt.Errorf("stage %s: kinesis consumer: %w", k.spec.Name, err)
 	}
 	var wg sync.WaitGroup
-	if k.spec.Proc.IdleTimeout > 0 {
+	if k.spec.Processor.IdleTimeout > 0 {
 		tctx, cancel := context.WithCancel(ctx)
 		defer func() { cancel(); wg.Wait() }()
 		wg.Add(1)
@@ -190,7 +190,7 @@ func (k *kinesisStage) tickShard(ctx context.Context, sh *shardState) {
 		sh.proc.ResetIdle()
 		return
 	}
-	idle := k.spec.Proc.IdleTimeout
+	idle := k.spec.Processor.IdleTimeout
 	if k.e.clock.Now().Sub(sh.tipAt) >= idle {
 		// The last read at the tip is too old to vouch for the shard
 		// being idle since (an advance to now - idle_timeout could pass
@@ -616,7 +616,7 @@ func (k *kinesisStage) unit(id string) unitRef {
 // parents' partition-wide entries merged, as the processor kind splits and
 // merges them (resharderOf, processors.HandOver).
 func (k *kinesisStage) handoff(ctx context.Context, cl *kgo.Client, s kinesis.Shard) (map[string][]byte, error) {
-	r, err := resharderOf(k.e.g.top, k.spec)
+	r, err := resharderOf(k.spec)
 	if err != nil {
 		k.log.Error("a child shard cannot start: its parents' state cannot be split or merged", "shard", s.ID, "parents", s.Parents, "err", err)
 		return nil, err

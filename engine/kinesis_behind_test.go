@@ -34,7 +34,7 @@ func TestKinesisShardIdleOnlyAtTheTip(t *testing.T) {
 	clock := &processors.FixedClock{T: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}
 	sh := &shardState{unit: unit{proc: proc}, id: "shardId-000000000001", cl: &kgo.Client{}, behind: true}
 	k := &kinesisStage{log: slog.Default(), shards: map[string]*shardState{sh.id: sh},
-		e: &Engine{clock: clock}, spec: &stageSpec{Proc: &topology.Processor{IdleTimeout: 5 * time.Second}}}
+		e: &Engine{clock: clock}, spec: &stageSpec{Stage: topology.Stage{Processor: &topology.Processor{IdleTimeout: 5 * time.Second}}}}
 	ctx := context.Background()
 	shard := kinesis.Shard{ID: sh.id}
 

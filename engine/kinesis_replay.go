@@ -66,7 +66,7 @@ func replayKinesis(ctx context.Context, p *Pipeline, g *graph, srcName string, s
 		if err != nil || len(rng.parents) == 0 {
 			return nil, err
 		}
-		r, err := resharderOf(g.top, st)
+		r, err := resharderOf(st)
 		if err != nil {
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/kandle/kandle/connectors/kinesis"
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/state"
+	"github.com/kandle/kandle/topology"
 )
 
 // The two children of a split open together on one instance and both read
@@ -112,7 +113,7 @@ func testShardStage(t *testing.T) (*kinesisStage, *state.Store) {
 	}
 	e := &Engine{store: store, brokers: c.ListenAddrs(), instance: "a", log: slog.Default(), m: m, txnTimeout: 10 * time.Second,
 		clock: processors.FixedClock{T: time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)}}
-	spec := &stageSpec{Name: "c1s", OutputTopic: "k.1s"}
+	spec := &stageSpec{Stage: topology.Stage{Name: "c1s"}, OutputTopic: "k.1s"}
 	k := &kinesisStage{e: e, spec: spec, log: slog.Default(), changelog: "kin-changelog", clParts: 1,
 		shards: map[string]*shardState{}, snapHints: map[string]string{}, restoring: map[string]*unitLock{}}
 	k.em = &emitter{e: e, spec: spec, input: "ticks", log: k.log}

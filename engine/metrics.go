@@ -98,7 +98,7 @@ func (m *metrics) zero(e *Engine) {
 			m.idleErrors.WithLabelValues(s.Name, "probe")
 			m.idleErrors.WithLabelValues(s.Name, "commit")
 		}
-		if s.Kind.Name == "silence" {
+		if s.Facts.Name == "silence" {
 			m.events.WithLabelValues(s.Name)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/topology"
 )
 
 // barrierProc is a processor that, on its first record, waits until every
@@ -74,7 +75,7 @@ func recs(p int32, from, to int64) (rs []*kgo.Record) {
 func TestPartitionsOfOnePollRunConcurrently(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
 	b := &barrier{n: 3, all: make(chan struct{})}
-	s := &liveStage{spec: &stageSpec{Name: "t", InputTopic: "in"}, e: &Engine{clock: processors.SystemClock{}},
+	s := &liveStage{spec: &stageSpec{Stage: topology.Stage{Name: "t"}, InputTopic: "in"}, e: &Engine{clock: processors.SystemClock{}},
 		parts: map[int32]*partState{}, owned: map[int32]bool{}, inTxn: true,
 		accepted:        prometheus.NewCounter(prometheus.CounterOpts{Name: "accepted"}),
 		rejectedRecords: prometheus.NewCounter(prometheus.CounterOpts{Name: "rejected"})}

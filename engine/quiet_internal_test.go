@@ -9,6 +9,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/topology"
 )
 
 // A quiet record round-trips, is recognised by header or body, and is never
@@ -43,7 +44,7 @@ func TestQuietRecordFormat(t *testing.T) {
 func TestRollupStageTakesQuietRecords(t *testing.T) {
 	tf1m, _ := candle.ParseTimeframe("1m", time.UTC)
 	tf5m, _ := candle.ParseTimeframe("5m", time.UTC)
-	s := &stageSpec{Name: "r5m", Rollup: true, Timeframe: tf5m, from: tf1m, build: newRollup}
+	s := &stageSpec{Stage: topology.Stage{Name: "r5m", Timeframe: tf5m}, Rollup: true, from: tf1m, build: newRollup}
 	proc, err := s.newProcessor(false, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestGraphRollupsOf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st := &stageSpec{Name: s.name, Input: s.input, Timeframe: tf, Rollup: s.input != "trades"}
+		st := &stageSpec{Stage: topology.Stage{Name: s.name, Input: s.input, Timeframe: tf}, Rollup: s.input != "trades"}
 		g.stages = append(g.stages, st)
 	}
 	var got []string

@@ -404,8 +404,8 @@ func defaultWarmup(g *graph) time.Duration {
 	for _, s := range g.stages {
 		open := s.Timeframe.Start(ref)
 		d := time.Duration(s.Timeframe.End(open)-open)*time.Millisecond + time.Hour
-		if s.Proc != nil {
-			d += s.Proc.Lateness
+		if s.Processor != nil {
+			d += s.Processor.Lateness
 		}
 		w = max(w, d)
 	}

@@ -64,7 +64,7 @@ func newSinkStage(e *Engine, name string, sk *topology.Sink, sink CandleSink) (*
 	for _, from := range sk.From {
 		if st, ok := e.g.byName[from]; ok {
 			topics = append(topics, st.OutputTopic)
-			if !st.Kind.Candles {
+			if !st.Facts.Candles {
 				if err := s.takeEvents(sk, st); err != nil {
 					return nil, err
 				}

@@ -82,8 +82,8 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		live: e.live[spec.Name], owned: map[int32]bool{},
 		accepted:        e.m.records.WithLabelValues(spec.Name, "accepted"),
 		rejectedRecords: e.m.records.WithLabelValues(spec.Name, "rejected")}
-	if !spec.Rollup && spec.Proc != nil {
-		s.idleTimeout = spec.Proc.IdleTimeout
+	if !spec.Rollup && spec.Processor != nil {
+		s.idleTimeout = spec.Processor.IdleTimeout
 	}
 	group := e.g.groupID(spec.Name)
 	txnID := group + "." + e.instance

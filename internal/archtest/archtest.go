@@ -33,7 +33,7 @@ func floors() []floor {
 		{"connectors", 5},
 		{"engine", 6},
 		{"serve", 7}, {"internal/sinks", 7},
-		{"cmd", 8}, {"deploy", 8},
+		{"cmd", 8}, {"deploy", 8}, {"scripts", 8},
 	}
 }
 

@@ -10,7 +10,7 @@
 //	5  connectors/<kind> (and connectors/sinkkit)
 //	6  engine (and engine/topotest)
 //	7  serve; internal/sinks (the sink wiring of the commands)
-//	8  cmd/kandle, deploy
+//	8  cmd/kandle, deploy, scripts (helper programs of the make targets)
 //
 // so there is no import cycle between floors. On top of that, named rules
 // (each failure names the file and the rule):
