@@ -387,14 +387,14 @@ func (c *cluster) replay() map[string][]string {
 	// Every symbol has closed windows in every stage of mustClose, and
 	// several in the finest one.
 	for i, tp := range c.opts.shape.candleTopics {
-		n, min := len(want[tp]), 0
+		n, least := len(want[tp]), 0
 		switch {
 		case i == 0:
-			min = 3 * len(clusterSymbols)
+			least = 3 * len(clusterSymbols)
 		case slices.Contains(c.opts.shape.mustClose, tp):
-			min = len(clusterSymbols)
+			least = len(clusterSymbols)
 		}
-		if n < min {
+		if n < least {
 			c.t.Fatalf("replay made too few candles to prove anything: %s", counts(want))
 		}
 	}
