@@ -195,8 +195,8 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 		return
 	}
 	defer cl.Close()
-	fmt.Fprintf(e.stdout, "%-4s %-8s %-16s %-16s %12s %12s %12s %12s %12s %6s\n",
-		"TF", "SYMBOL", "OPEN TIME (UTC)", "CLOSE TIME", "OPEN", "HIGH", "LOW", "CLOSE", "VOLUME", "TRADES")
+	fmt.Fprintf(e.stdout, "%-4s %-8s %-16s %-16s %12s %12s %12s %12s %12s %12s %6s\n",
+		"TF", "SYMBOL", "OPEN TIME (UTC)", "CLOSE TIME", "OPEN", "HIGH", "LOW", "CLOSE", "VOLUME", "TAKER BUY", "TRADES")
 	for ctx.Err() == nil {
 		fs := cl.PollFetches(ctx)
 		var rows []candle.Candle
@@ -214,13 +214,16 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 			if !want[c.Timeframe] {
 				continue
 			}
-			gap := ""
+			gap, takerBuy := "", "-" // "-": the source maps no aggressor side
 			if c.Gap {
 				gap = " gap"
 			}
-			fmt.Fprintf(e.stdout, "%-4s %-8s %-16s %-16s %12s %12s %12s %12s %12s %6d%s\n",
+			if c.Taker {
+				takerBuy = c.TakerBuyVolume.String()
+			}
+			fmt.Fprintf(e.stdout, "%-4s %-8s %-16s %-16s %12s %12s %12s %12s %12s %12s %6d%s\n",
 				c.Timeframe, c.Symbol, time.UnixMilli(c.OpenTime).UTC().Format("2006-01-02 15:04"),
-				time.UnixMilli(c.CloseTime).UTC().Format("15:04"), c.Open, c.High, c.Low, c.Close, c.Volume, c.Trades, gap)
+				time.UnixMilli(c.CloseTime).UTC().Format("15:04"), c.Open, c.High, c.Low, c.Close, c.Volume, takerBuy, c.Trades, gap)
 		}
 	}
 }
