@@ -83,9 +83,9 @@ func (h *hub) send(ch *channel, u Update) {
 	if len(ch.clients) == 0 {
 		return
 	}
-	b := updateJSON(nil, u) // encoded once, shared (read-only) by every client
+	f := newFrame(u) // encoded once, shared (read-only) by every client
 	for c := range ch.clients {
-		c.push(ch.k, u, b)
+		c.push(ch.k, f)
 	}
 }
 
@@ -183,11 +183,15 @@ func (h *hub) closeAll() {
 // older than all of them, once that many are remembered, is dropped.
 const markWindows = 4
 
-// mark is the newest state a client was given of one window.
+// mark is the newest state a client was given of one window, and where
+// that state waits in the client's queue: at index queued-1 while the
+// queue's generation is gen.
 type mark struct {
 	open   int64
 	trades int64
 	final  bool
+	gen    uint64
+	queued int
 }
 
 // admits reports whether u, an update of m's window, may follow m: the
@@ -204,36 +208,46 @@ func (m mark) admits(u Update) bool {
 type marks []mark
 
 // admit reports whether u may follow what was sent of its window, and
-// records it when so.
-func (ms *marks) admit(u Update) bool {
+// records it when so, returning its window's mark (valid until the next
+// admit).
+func (ms *marks) admit(u *Update) (*mark, bool) {
 	s := *ms
 	o := u.Candle.OpenTime
 	i, found := slices.BinarySearchFunc(s, o, func(m mark, o int64) int { return cmp.Compare(m.open, o) })
 	if found {
-		if !s[i].admits(u) {
-			return false
+		if !s[i].admits(*u) {
+			return nil, false
 		}
 		s[i].trades, s[i].final = u.Candle.Trades, u.Final
-		return true
+		return &s[i], true
 	}
 	if i == 0 && len(s) >= markWindows {
-		return false // older than every window remembered
+		return nil, false // older than every window remembered
 	}
-	s = slices.Insert(s, i, mark{o, u.Candle.Trades, u.Final})
+	s = slices.Insert(s, i, mark{open: o, trades: u.Candle.Trades, final: u.Final})
 	if len(s) > markWindows {
-		s = slices.Delete(s, 0, len(s)-markWindows)
+		d := len(s) - markWindows
+		s, i = slices.Delete(s, 0, d), i-d
 	}
 	*ms = s
-	return true
+	return &s[i], true
 }
+
+// frame is one update of a series and its message, encoded once and
+// shared, read-only, by the queues of every client it goes to: queueing it
+// costs a client a pointer, not a copy or an encoding of its own.
+type frame struct {
+	u   Update
+	msg []byte
+}
+
+func newFrame(u Update) *frame { return &frame{u: u, msg: updateJSON(nil, u)} }
 
 // entry is one queued message: a candle update (coalesced by window) or a
 // reply.
 type entry struct {
 	k     key
-	open  int64
-	u     Update
-	msg   []byte // u encoded, when the hub encoded it; nil: the writer does
+	f     *frame
 	reply []byte
 }
 
@@ -245,20 +259,27 @@ type client struct {
 	conn   *websocket.Conn
 	cancel context.CancelFunc
 
-	mu      sync.Mutex
-	q       []entry
-	pending map[[2]any]int // (key, open_time) → index in q
-	marks   map[key]*marks
-	subs    map[key]bool
-	dead    bool
-	code    websocket.StatusCode // why the server ends the connection
-	reason  string
-	wake    chan struct{}
+	mu     sync.Mutex
+	q      []entry
+	gen    uint64 // counts the queue's hand-overs to the writer, from 1
+	marks  map[key]*marks
+	subs   map[key]bool
+	dead   bool
+	code   websocket.StatusCode // why the server ends the connection
+	reason string
+	wake   chan struct{}
 }
 
-// push queues u (msg: its encoding, or nil) unless it would go back in
-// time; it never blocks. A full queue disconnects the client.
-func (c *client) push(k key, u Update, msg []byte) {
+func newClient(h *hub, conn *websocket.Conn, cancel context.CancelFunc) *client {
+	return &client{h: h, conn: conn, cancel: cancel, gen: 1, marks: map[key]*marks{},
+		subs: map[key]bool{}, wake: make(chan struct{}, 1)}
+}
+
+// push queues f, an update of series k, unless it would go back in time;
+// it never blocks and allocates nothing once the client's queue and marks
+// have their size. A full queue disconnects the client.
+func (c *client) push(k key, f *frame) {
+	u := &f.u
 	c.mu.Lock()
 	if c.dead || !c.subs[k] {
 		c.mu.Unlock()
@@ -269,13 +290,13 @@ func (c *client) push(k key, u Update, msg []byte) {
 		ms = new(marks)
 		c.marks[k] = ms
 	}
-	if !ms.admit(u) {
+	m, ok := ms.admit(u)
+	if !ok {
 		c.mu.Unlock()
 		return
 	}
-	pk := [2]any{k, u.Candle.OpenTime}
-	if i, ok := c.pending[pk]; ok {
-		c.q[i].u, c.q[i].msg = u, msg
+	if m.gen == c.gen && m.queued > 0 { // an older state of the window waits
+		c.q[m.queued-1].f = f
 		c.mu.Unlock()
 		c.h.s.m.coalesced.Inc()
 		return
@@ -285,8 +306,8 @@ func (c *client) push(k key, u Update, msg []byte) {
 		c.kill(websocket.StatusTryAgainLater, fmt.Sprintf("slow consumer: more than %d updates queued; reconnect and backfill from /v1/candles", c.h.s.o.Config.ClientQueue), "slow")
 		return
 	}
-	c.pending[pk] = len(c.q)
-	c.q = append(c.q, entry{k: k, open: u.Candle.OpenTime, u: u, msg: msg})
+	c.q = append(c.q, entry{k: k, f: f})
+	m.gen, m.queued = c.gen, len(c.q)
 	c.mu.Unlock()
 	c.notify()
 }
@@ -358,52 +379,66 @@ func (c *client) close(code websocket.StatusCode, reason string) {
 	c.cancel()
 }
 
-// take returns the queued entries and empties the queue.
-func (c *client) take() []entry {
+// take returns the queued entries and hands the queue spare's array (the
+// writer's previous batch, written) to fill next, so that queueing
+// allocates nothing once the two arrays have grown to the client's pace.
+func (c *client) take(spare []entry) []entry {
+	clear(spare) // the written frames and replies are not held on to
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q := c.q
-	c.q = make([]entry, 0, min(len(q), 64))
-	clear(c.pending)
+	c.q = spare[:0]
+	c.gen++ // the marks' queue positions are stale
 	return q
 }
 
 // writer sends queued entries until ctx ends.
+//
+// A write is bounded by write_wait through one timer per client, reset for
+// each message: when it fires the connection is closed, which ends the
+// write. The writes take no deadline of their own, which would cost a
+// context, its timer and a callback per message; the end of ctx closes the
+// connection too.
 func (c *client) writer(ctx context.Context) {
-	var buf []byte
+	timer := time.AfterFunc(time.Hour, func() { c.conn.CloseNow() })
+	timer.Stop()
+	defer timer.Stop()
+	defer context.AfterFunc(ctx, func() { c.conn.CloseNow(); c.notify() })()
+	var batch []entry
 	for {
-		select {
-		case <-ctx.Done():
+		<-c.wake
+		if ctx.Err() != nil {
 			return
-		case <-c.wake:
 		}
 		if code, reason, ok := c.killed(); ok {
 			c.close(code, reason)
 			return
 		}
-		for _, e := range c.take() {
+		batch = c.take(batch)
+		updates := 0
+		for _, e := range batch {
 			msg := e.reply
-			if msg == nil {
-				msg = e.msg
+			if e.f != nil {
+				msg = e.f.msg
 			}
-			if msg == nil {
-				buf = updateJSON(buf[:0], e.u)
-				msg = buf
+			timer.Reset(c.h.s.o.Config.WriteWait)
+			err := c.conn.Write(context.Background(), websocket.MessageText, msg)
+			if !timer.Stop() && err == nil {
+				err = errors.New("write_wait passed") // and the connection is closed
 			}
-			wctx, cancel := context.WithTimeout(ctx, c.h.s.o.Config.WriteWait)
-			err := c.conn.Write(wctx, websocket.MessageText, msg)
-			cancel()
 			if err != nil {
+				c.h.s.m.delivered.Add(float64(updates))
 				if ctx.Err() == nil {
 					c.kill(websocket.StatusTryAgainLater, "write timed out: the client reads too slowly", "write")
 					c.close(websocket.StatusTryAgainLater, "write timed out: the client reads too slowly")
 				}
 				return
 			}
-			if e.reply == nil {
-				c.h.s.m.delivered.Inc()
+			if e.f != nil {
+				updates++
 			}
 		}
+		c.h.s.m.delivered.Add(float64(updates))
 	}
 }
 
@@ -477,8 +512,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	defer s.hub.conns.Done()
 	conn.SetReadLimit(s.o.Config.MaxMessageBytes)
 	ctx, cancel := context.WithCancel(r.Context())
-	c := &client{h: s.hub, conn: conn, cancel: cancel, pending: map[[2]any]int{}, marks: map[key]*marks{},
-		subs: map[key]bool{}, wake: make(chan struct{}, 1)}
+	c := newClient(s.hub, conn, cancel)
 	s.hub.mu.Lock()
 	s.hub.clients[c] = struct{}{}
 	s.hub.mu.Unlock()
@@ -669,7 +703,7 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 			var cd candle.Candle
 			var ok bool
 			if cd, ok, err = s.o.Live.OpenCandle(rctx, k.symbol, k.tf); err == nil && ok {
-				c.push(k, Update{Candle: cd}, nil)
+				c.push(k, newFrame(Update{Candle: cd}))
 			}
 		}
 		cancel()

@@ -273,16 +273,17 @@ func TestSlowClientDisconnected(t *testing.T) {
 func TestCoalescing(t *testing.T) {
 	f := newStream(t, nil)
 	cs := series("BTC/USDT", f.m1, 0, 1, 1)
-	cl := &client{h: f.s.hub, pending: map[[2]any]int{}, marks: map[key]*marks{}, subs: map[key]bool{{"BTC/USDT", "1m"}: true}, wake: make(chan struct{}, 1)}
+	cl := newClient(f.s.hub, nil, nil)
 	k := key{"BTC/USDT", "1m"}
+	cl.subs[k] = true
 	for tr := int64(1); tr <= 10; tr++ {
 		c := cs[0]
 		c.Trades = tr
-		cl.push(k, Update{Candle: c}, nil)
+		cl.push(k, newFrame(Update{Candle: c}))
 	}
-	q := cl.take()
-	if len(q) != 1 || q[0].u.Candle.Trades != 10 {
-		t.Fatalf("queue holds %d entries, newest trades %d; want 1 with 10", len(q), q[0].u.Candle.Trades)
+	q := cl.take(nil)
+	if len(q) != 1 || q[0].f.u.Candle.Trades != 10 {
+		t.Fatalf("queue holds %d entries, newest trades %d; want 1 with 10", len(q), q[0].f.u.Candle.Trades)
 	}
 	if v := testutil.ToFloat64(f.s.m.coalesced); v != 9 {
 		t.Fatalf("coalesced %v, want 9", v)
@@ -356,7 +357,7 @@ func TestMarksPerWindow(t *testing.T) {
 		{up(0, 9, false), false}, // older than every window remembered
 		{up(1, 2, true), true},   // still remembered
 	} {
-		if got := ms.admit(tc.u); got != tc.want {
+		if _, got := ms.admit(&tc.u); got != tc.want {
 			t.Fatalf("step %d (window %d, %d trades, final %v): admitted %v", n, tc.u.Candle.OpenTime, tc.u.Candle.Trades, tc.u.Final, got)
 		}
 		if len(ms) > markWindows {

@@ -91,7 +91,7 @@ func (w *derivedWindow) add(u Update) bool {
 	i, found := slices.BinarySearchFunc(w.tail, o, func(x Update, o int64) int { return cmp.Compare(x.Candle.OpenTime, o) })
 	if found {
 		t := w.tail[i]
-		if !(mark{o, t.Candle.Trades, t.Final}).admits(u) || (t.Final == u.Final && t.Candle.Equal(&u.Candle)) {
+		if !(mark{open: o, trades: t.Candle.Trades, final: t.Final}).admits(u) || (t.Final == u.Final && t.Candle.Equal(&u.Candle)) {
 			return false // older, or nothing new
 		}
 		w.tail[i] = u
@@ -162,7 +162,7 @@ func (s *Server) derivedSnapshot(ctx context.Context, c *client, k key, tf, base
 		if d.seeded {
 			// Read once: later clients get what the stream built since.
 			if len(d.wins) > 0 {
-				c.push(k, d.wins[len(d.wins)-1].update(), nil)
+				c.push(k, newFrame(d.wins[len(d.wins)-1].update()))
 			}
 			h.mu.Unlock()
 			return err
@@ -189,10 +189,9 @@ func (s *Server) derivedSnapshot(ctx context.Context, c *client, k key, tf, base
 		d.wins = slices.DeleteFunc(d.wins, func(w *derivedWindow) bool { return w.open < read })
 		d.seed(subs, openFrom)
 		for _, w := range d.wins {
-			u := w.update()
-			b := updateJSON(nil, u)
+			f := newFrame(w.update())
 			for cl := range ch.clients {
-				cl.push(k, u, b)
+				cl.push(k, f)
 			}
 		}
 		h.mu.Unlock()
