@@ -246,7 +246,6 @@ func newFrame(u Update) *frame { return &frame{u: u, msg: updateJSON(nil, u)} }
 // entry is one queued message: a candle update (coalesced by window) or a
 // reply.
 type entry struct {
-	k     key
 	f     *frame
 	reply []byte
 }
@@ -261,9 +260,8 @@ type client struct {
 
 	mu     sync.Mutex
 	q      []entry
-	gen    uint64 // counts the queue's hand-overs to the writer, from 1
-	marks  map[key]*marks
-	subs   map[key]bool
+	gen    uint64         // counts the queue's hand-overs to the writer, from 1
+	subs   map[key]*marks // the series subscribed to, and their marks
 	dead   bool
 	code   websocket.StatusCode // why the server ends the connection
 	reason string
@@ -271,8 +269,7 @@ type client struct {
 }
 
 func newClient(h *hub, conn *websocket.Conn, cancel context.CancelFunc) *client {
-	return &client{h: h, conn: conn, cancel: cancel, gen: 1, marks: map[key]*marks{},
-		subs: map[key]bool{}, wake: make(chan struct{}, 1)}
+	return &client{h: h, conn: conn, cancel: cancel, gen: 1, subs: map[key]*marks{}, wake: make(chan struct{}, 1)}
 }
 
 // push queues f, an update of series k, unless it would go back in time;
@@ -281,14 +278,10 @@ func newClient(h *hub, conn *websocket.Conn, cancel context.CancelFunc) *client 
 func (c *client) push(k key, f *frame) {
 	u := &f.u
 	c.mu.Lock()
-	if c.dead || !c.subs[k] {
+	ms := c.subs[k]
+	if c.dead || ms == nil {
 		c.mu.Unlock()
 		return
-	}
-	ms := c.marks[k]
-	if ms == nil {
-		ms = new(marks)
-		c.marks[k] = ms
 	}
 	m, ok := ms.admit(u)
 	if !ok {
@@ -306,7 +299,7 @@ func (c *client) push(k key, f *frame) {
 		c.kill(websocket.StatusTryAgainLater, fmt.Sprintf("slow consumer: more than %d updates queued; reconnect and backfill from /v1/candles", c.h.s.o.Config.ClientQueue), "slow")
 		return
 	}
-	c.q = append(c.q, entry{k: k, f: f})
+	c.q = append(c.q, entry{f: f})
 	m.gen, m.queued = c.gen, len(c.q)
 	c.mu.Unlock()
 	c.notify()
@@ -648,9 +641,8 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 	if req.Method == "UNSUBSCRIBE" {
 		for _, k := range keys {
 			c.mu.Lock()
-			had := c.subs[k]
+			had := c.subs[k] != nil
 			delete(c.subs, k)
-			delete(c.marks, k)
 			c.mu.Unlock()
 			if had {
 				s.hub.unsubscribe(ctx, c, k)
@@ -662,7 +654,7 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 	c.mu.Lock()
 	n := len(c.subs)
 	for _, k := range keys {
-		if !c.subs[k] {
+		if c.subs[k] == nil {
 			n++
 		}
 	}
@@ -674,8 +666,10 @@ func (s *Server) handleRequest(ctx context.Context, c *client, data []byte) {
 	var fresh []key
 	for _, k := range keys {
 		c.mu.Lock()
-		had := c.subs[k]
-		c.subs[k] = true
+		had := c.subs[k] != nil
+		if !had {
+			c.subs[k] = new(marks)
+		}
 		c.mu.Unlock()
 		if had {
 			continue

@@ -275,7 +275,7 @@ func TestCoalescing(t *testing.T) {
 	cs := series("BTC/USDT", f.m1, 0, 1, 1)
 	cl := newClient(f.s.hub, nil, nil)
 	k := key{"BTC/USDT", "1m"}
-	cl.subs[k] = true
+	cl.subs[k] = new(marks)
 	for tr := int64(1); tr <= 10; tr++ {
 		c := cs[0]
 		c.Trades = tr
