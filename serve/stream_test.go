@@ -268,6 +268,36 @@ func TestSlowClientDisconnected(t *testing.T) {
 	}
 }
 
+// TestStreamWriteWait: a client that stops reading, with a queue too large
+// to overflow first, is cut off once one write has waited write_wait (the
+// socket buffers full), and the fan-out goes on meanwhile.
+func TestStreamWriteWait(t *testing.T) {
+	f := newStream(t, func(o *Options) { o.Config.ClientQueue = 1 << 20; o.Config.WriteWait = 200 * time.Millisecond })
+	const n = 400_000
+	cs := series("BTC/USDT", f.m1, 0, n, 1)
+	f.mem.Active(cs[0])
+	c := dial(t, f.url)
+	send(t, c, subBTC)
+	if m := recv(t, c); m.Error != nil { // the reply; then it never reads again
+		t.Fatal(m.raw)
+	}
+	written := func() float64 { return testutil.ToFloat64(f.s.m.dropped.WithLabelValues("write")) }
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 1; written() == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("not disconnected after %d updates in 30 s (queue-full disconnects %v)", i, testutil.ToFloat64(f.s.m.dropped.WithLabelValues("slow")))
+		}
+		if i < n {
+			f.mem.Active(cs[i]) // never blocks, whatever the client does
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if v := testutil.ToFloat64(f.s.m.dropped.WithLabelValues("slow")); v != 0 {
+		t.Fatalf("queue-full disconnects %v, want 0", v)
+	}
+}
+
 // TestCoalescing: updates of one candle that queue up behind a busy
 // client are merged into its newest state.
 func TestCoalescing(t *testing.T) {
