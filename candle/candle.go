@@ -64,6 +64,12 @@ type Candle struct {
 	// carried no id, the source maps none, or the candle is a gap.
 	FirstTradeID string `json:"first_trade_id,omitempty"`
 	LastTradeID  string `json:"last_trade_id,omitempty"`
+	// Rev is the candle's revision: 0 for the first final, then one more
+	// each time a late trade, a cancel or a correction inside the
+	// processor's revision horizon changes the closed window (and for the
+	// rollups and gap candles that change with it). Consumers keep the
+	// highest rev of a window. Absent from the JSON when 0.
+	Rev uint32 `json:"rev,omitempty"`
 }
 
 // Equal reports whether a and b are the same candle, comparing decimals as
@@ -74,5 +80,5 @@ func (a *Candle) Equal(b *Candle) bool {
 		a.Close == b.Close && a.Volume.Equal(b.Volume) && a.QuoteVolume.Equal(b.QuoteVolume) &&
 		a.Trades == b.Trades && a.Gap == b.Gap && a.Taker == b.Taker &&
 		a.TakerBuyVolume.Equal(b.TakerBuyVolume) && a.TakerBuyQuoteVolume.Equal(b.TakerBuyQuoteVolume) &&
-		a.FirstTradeID == b.FirstTradeID && a.LastTradeID == b.LastTradeID
+		a.FirstTradeID == b.FirstTradeID && a.LastTradeID == b.LastTradeID && a.Rev == b.Rev
 }

@@ -137,6 +137,42 @@ func TestJSONTakerAndIDs(t *testing.T) {
 	}
 }
 
+// TestJSONRev: rev is absent at 0 (a first final reads as rev 0), written
+// after gap otherwise, and both parsers read it back.
+func TestJSONRev(t *testing.T) {
+	c := Candle{Symbol: "BTC", Timeframe: "1m", OpenTime: 60000, CloseTime: 120000,
+		Open: decimal.MustParse("2"), High: decimal.MustParse("2"), Low: decimal.MustParse("1"),
+		Close: decimal.MustParse("1"), Volume: decimal.MustParseSum("0.3"), QuoteVolume: decimal.MustParseSum("0.4"), Trades: 2}
+	if got := string(c.AppendJSON(nil)); strings.Contains(got, "rev") {
+		t.Fatalf("rev 0 is written: %s", got)
+	}
+	c.Rev = 4294967295
+	b := c.AppendJSON(nil)
+	if !strings.HasSuffix(string(b), `"gap":false,"rev":4294967295}`) {
+		t.Fatalf("rev not last: %s", b)
+	}
+	back, err := ParseJSON(b)
+	if err != nil || !back.Equal(&c) {
+		t.Fatalf("round trip: %+v %v", back, err)
+	}
+	spaced := strings.ReplaceAll(string(b), ",", ", ") // the encoding/json path
+	back, err = ParseJSON([]byte(spaced))
+	if err != nil || back.Rev != c.Rev {
+		t.Fatalf("general path: %+v %v", back, err)
+	}
+	for _, bad := range []string{`"rev":-1`, `"rev":"1"`, `"rev":4294967296`} {
+		in := strings.Replace(string(b), `"rev":4294967295`, bad, 1)
+		if _, err := ParseJSON([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", in)
+		}
+	}
+	c.Rev = 0
+	back.Rev = 1
+	if back.Equal(&c) {
+		t.Fatal("Equal ignores rev")
+	}
+}
+
 // Merge sums the taker volumes exactly and takes the first id of the first
 // non-gap sub-candle and the last id of the last non-gap one.
 func TestMergeTakerAndIDs(t *testing.T) {

@@ -20,7 +20,7 @@ func (c *Candle) AppendJSON(b []byte) []byte {
 	// in all (most prices and volumes) fits in 21 bytes. Larger ones grow it.
 	// The optional taker volumes take 55 bytes of names and two decimals,
 	// the trade ids 38 bytes of names and their text.
-	n := 171 + 26 + 6*21 + len(c.Symbol) + 2 + len(c.Timeframe)
+	n := 171 + 26 + 6*21 + len(c.Symbol) + 2 + len(c.Timeframe) + 17 // 17: a rev
 	if c.Taker {
 		n += 55 + 2*21
 	}
@@ -56,6 +56,9 @@ func (c *Candle) AppendJSON(b []byte) []byte {
 	}
 	b = append(b, `,"gap":`...)
 	b = strconv.AppendBool(b, c.Gap)
+	if c.Rev > 0 {
+		b = strconv.AppendUint(append(b, `,"rev":`...), uint64(c.Rev), 10)
+	}
 	return append(b, '}')
 }
 
@@ -239,6 +242,11 @@ func parseFast(b []byte, c *Candle) (symbol, timeframe []byte, ok bool) {
 			default:
 				return nil, nil, false
 			}
+		case "rev":
+			var r uint64
+			r, err = strconv.ParseUint(string(val), 10, 32)
+			c.Rev = uint32(r)
+			ok = !quoted
 		case "final":
 		default:
 			return nil, nil, false
