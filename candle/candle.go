@@ -21,7 +21,21 @@ type Trade struct {
 	// Side is the aggressor (taker) side: SideBuy, SideSell, or SideNone
 	// when the source maps no side field.
 	Side Side
+	// Action says whether the record is a trade (ActionTrade, also when
+	// the source maps no action field) or takes back the earlier trade
+	// with the same ID: ActionCancel removes it, ActionCorrect replaces its
+	// price and quantity with this record's.
+	Action Action
 }
+
+// Action is what a record does to the trade its ID names.
+type Action uint8
+
+const (
+	ActionTrade   Action = iota // a new trade
+	ActionCancel                // the trade with this ID never happened
+	ActionCorrect               // the trade with this ID had this record's price and quantity
+)
 
 // Side is which side of a trade took liquidity (the taker, or aggressor).
 type Side uint8

@@ -48,6 +48,13 @@ type CandleConfig struct {
 	// fill a key with a later window open gets marks too, at the boundaries
 	// that fall in the silence before that window: no sub-candle ends there.
 	Rollups []candle.Timeframe
+	// ReviseWithin is the revision horizon: a trade late for its window
+	// (the watermark passed it) but for a window that closed less than
+	// ReviseWithin before the watermark updates that window, and the
+	// candle is emitted again with Rev one higher; so do cancels and
+	// corrections (candle.Trade.Action) of trades inside it. 0 = off: late
+	// trades are rejected as late, as without revisions.
+	ReviseWithin time.Duration
 }
 
 // Aggregator builds base candles from the trades of one input partition. It

@@ -28,6 +28,16 @@ const (
 	ReasonLate        Reason = "late"
 	ReasonDuplicate   Reason = "duplicate"
 	ReasonFuture      Reason = "future"
+	// ReasonInvalidAction: the source maps an action field and the
+	// record's value is not one of its documented values.
+	ReasonInvalidAction Reason = "invalid_action"
+	// ReasonUnknownTrade: a cancel or correction names a trade id that no
+	// window inside the revision horizon holds (or the processor keeps no
+	// revision horizon).
+	ReasonUnknownTrade Reason = "unknown_trade"
+	// ReasonBeyondHorizon: a cancel or correction for a window that closed
+	// longer ago than the revision horizon.
+	ReasonBeyondHorizon Reason = "beyond_horizon"
 	// ReasonInternalError: the processor panicked on the record twice; the
 	// engine skips it so that one record cannot stop its partition.
 	ReasonInternalError Reason = "internal_error"
@@ -36,7 +46,7 @@ const (
 // Reasons lists every reason code (for metrics and docs).
 var Reasons = []Reason{ReasonMalformedJSON, ReasonNotObject, ReasonMissingField, ReasonInvalidPrice,
 	ReasonInvalidQty, ReasonInvalidTS, ReasonInvalidSide, ReasonOversized, ReasonUnknownKey, ReasonInvalidKey, ReasonKeyMismatch, ReasonLate, ReasonDuplicate, ReasonFuture,
-	ReasonInternalError}
+	ReasonInvalidAction, ReasonUnknownTrade, ReasonBeyondHorizon, ReasonInternalError}
 
 // Record is one input record and where it came from.
 type Record struct {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
@@ -11,7 +12,15 @@ import (
 )
 
 // RollupConfig configures a Rollup: To is built from closed From candles.
-type RollupConfig struct{ From, To candle.Timeframe }
+type RollupConfig struct {
+	From, To candle.Timeframe
+	// ReviseWithin is the revision horizon of the candles processor at the
+	// bottom of the chain: a revised sub-candle (Rev > 0) of a window that
+	// closed less than this long ago recomputes its parent from the latest
+	// revision of each sub-candle, and the parent is emitted again with Rev
+	// one higher when one of its values changed. 0 = off.
+	ReviseWithin time.Duration
+}
 
 // Rollup builds a higher timeframe from the closed candles of a lower one,
 // key by key. A key's higher window is emitted as soon as that key's last
