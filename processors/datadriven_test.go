@@ -31,10 +31,11 @@ import (
 // series has a side mapping and "ids=FIRST..LAST" when it has trade ids
 // ("-": that one has none); rollup input lines take the same.
 //
-//	rollup from=1m to=5m [zone=…]
+//	rollup from=1m to=5m [zone=…] [revise_within=1h]
 //	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record;
 //	                    "k=KEY " sets the record key ("k=<nil>": none), default the key field's value
-//	candles             rollup input, one candle per line in the output format;
+//	candles             rollup input, one candle per line in the output format
+//	                    (a revision ends with "rev=N");
 //	                    "quiet KEY TIME" delivers a QuietMark
 //	tick now=…          moves the clock and calls Tick
 //	watermark | active | state
@@ -118,8 +119,15 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 		if err1 != nil || err2 != nil {
 			d.Fatalf(t, "%v %v", err1, err2)
 		}
+		var within time.Duration
+		if v, ok := args["revise_within"]; ok {
+			var err error
+			if within, err = time.ParseDuration(v); err != nil {
+				d.Fatalf(t, "revise_within=%s: %v", v, err)
+			}
+		}
 		h.from = from
-		h.build = func() (processor, error) { return NewRollup(RollupConfig{From: from, To: to}) }
+		h.build = func() (processor, error) { return NewRollup(RollupConfig{From: from, To: to, ReviseWithin: within}) }
 		if err := h.reset(t, d); err != nil {
 			return "error: " + err.Error()
 		}
@@ -361,6 +369,12 @@ func (h *ddHarness) candleJSON(t *testing.T, d *datadriven.TestData, line string
 			c.LastTradeID = strings.TrimPrefix(c.LastTradeID, "-")
 		case "gap":
 			c.Gap = true
+		case "rev":
+			r, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				d.Fatalf(t, "candle line %q: %s: %v", line, kv, err)
+			}
+			c.Rev = uint32(r)
 		}
 	}
 	return c.AppendJSON(nil)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/kandle/kandle/candle"
@@ -29,13 +30,18 @@ type RollupConfig struct {
 type Rollup struct {
 	from, to string
 	tf       candle.Timeframe
-	keys     map[string]*rollKey
-	dirty    []*rollKey
-	active   []*rollKey
-	scratch  candle.Candle
-	kbuf     []byte
-	vbuf     []byte
-	finals   finals // the invariants build only
+	h        int64 // the revision horizon in ms; 0 = off
+	// pclock is the partition's clock with a horizon: the latest clock of
+	// any of its keys (math.MinInt64 before the first).
+	pclock    int64
+	quietKeys []*rollKey // keys kept quiet with a horizon, until pclock frees them
+	keys      map[string]*rollKey
+	dirty     []*rollKey
+	active    []*rollKey
+	scratch   candle.Candle
+	kbuf      []byte
+	vbuf      []byte
+	finals    finals // the invariants build only
 }
 
 // rollKey is one key's higher window in progress.
@@ -47,7 +53,8 @@ type rollKey struct {
 	acc        candle.Candle
 	hasNonGap  bool
 	dirty, act bool
-	deleted    bool // freed by a QuietMark
+	deleted    bool      // freed by a QuietMark
+	rv         *rollKept // the kept windows with a revision horizon; nil without
 }
 
 // NewRollup checks that cfg.To nests over cfg.From.
@@ -55,7 +62,11 @@ func NewRollup(cfg RollupConfig) (*Rollup, error) {
 	if err := candle.Nests(cfg.From, cfg.To); err != nil {
 		return nil, fmt.Errorf("rollup: %w", err)
 	}
-	return &Rollup{from: cfg.From.String(), to: cfg.To.String(), tf: cfg.To, keys: make(map[string]*rollKey), finals: newFinals()}, nil
+	if cfg.ReviseWithin < 0 || (cfg.ReviseWithin > 0 && cfg.ReviseWithin < time.Millisecond) {
+		return nil, fmt.Errorf("rollup: revise_within %s: want 0 (off) or at least 1ms", cfg.ReviseWithin)
+	}
+	return &Rollup{from: cfg.From.String(), to: cfg.To.String(), tf: cfg.To, h: cfg.ReviseWithin.Milliseconds(),
+		pclock: math.MinInt64, keys: make(map[string]*rollKey), finals: newFinals()}, nil
 }
 
 // Process takes one closed sub-candle (JSON, as written by candle.AppendJSON).
@@ -80,11 +91,28 @@ func (r *Rollup) Process(rec Record, out *Output) {
 		r.keys[k.key] = k
 	}
 	c.Symbol, c.Timeframe = k.key, r.from
-	if k.hasLast && c.CloseTime <= k.lastSub {
-		reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: c.Symbol,
-			Detail: fmt.Sprintf("sub-candle closing %s is not after the last one (%s)", fmtMS(c.CloseTime), fmtMS(k.lastSub))})
+	if r.h > 0 {
+		r.processRev(rec, k, &c, out)
 		return
 	}
+	if k.hasLast && c.CloseTime <= k.lastSub {
+		rejectReplay(out, rec, k, &c)
+		return
+	}
+	r.take(k, &c, out)
+}
+
+// rejectReplay dead-letters c, a sub-candle not after k's last one, as a
+// duplicate (a replayed input).
+func rejectReplay(out *Output, rec Record, k *rollKey, c *candle.Candle) {
+	reject(out, rec, Rejection{Reason: ReasonDuplicate, Key: c.Symbol,
+		Detail: fmt.Sprintf("sub-candle closing %s is not after the last one (%s)", fmtMS(c.CloseTime), fmtMS(k.lastSub))})
+}
+
+// take adds c, the key's next sub-candle in time, to its window: a window
+// still open from an earlier higher window is emitted first (a later one
+// has begun), and the window is emitted when c ends on its close.
+func (r *Rollup) take(k *rollKey, c *candle.Candle, out *Output) {
 	open := r.tf.Start(c.OpenTime)
 	if k.open && k.acc.OpenTime != open {
 		r.emit(k, out) // the unfinished window: a later one has begun
@@ -92,21 +120,32 @@ func (r *Rollup) Process(rec Record, out *Output) {
 	if !k.open {
 		k.open, k.hasNonGap = true, false
 		k.acc = candle.NewWindow(k.key, r.to, open, r.tf.End(open))
+		if k.rv != nil {
+			k.rv.openWin(&k.acc)
+		}
 	}
-	r.add(k, &c)
+	r.add(k, c)
 	k.lastSub, k.hasLast = c.CloseTime, true
 	r.touch(k)
-	if !k.act {
-		k.act = true
-		r.active = append(r.active, k)
-	}
+	r.activate(k)
 	if c.CloseTime >= k.acc.CloseTime {
 		r.emit(k, out)
 	}
 }
 
+func (r *Rollup) activate(k *rollKey) {
+	if !k.act {
+		k.act = true
+		r.active = append(r.active, k)
+	}
+}
+
 func (r *Rollup) add(k *rollKey, c *candle.Candle) {
 	k.hasNonGap = candle.Merge(&k.acc, c, k.hasNonGap)
+	if k.rv != nil {
+		w := k.rv.wins[len(k.rv.wins)-1] // the open window
+		w.subs = append(w.subs, *c)
+	}
 }
 
 func (r *Rollup) emit(k *rollKey, out *Output) {
@@ -116,6 +155,9 @@ func (r *Rollup) emit(k *rollKey, out *Output) {
 	}
 	candle.FlattenGap(&c, k.hasNonGap)
 	out.Candles = append(out.Candles, c)
+	if k.rv != nil {
+		k.rv.wins[len(k.rv.wins)-1].emitted = true
+	}
 	k.open, k.hasNonGap = false, false
 	k.acc = candle.Candle{}
 	r.touch(k)
@@ -139,13 +181,20 @@ func (r *Rollup) Quiet(m QuietMark, out *Output) {
 		if k.open && k.acc.CloseTime <= m.Until {
 			r.emit(k, out)
 		}
-		if !k.open {
-			delete(r.keys, m.Key)
-			k.deleted = true
-			r.touch(k)
+		if r.h > 0 {
+			r.quietRev(k, m.Until)
+		} else if !k.open {
+			r.free(k)
 		}
 	}
 	out.Quiet = append(out.Quiet, m)
+}
+
+// free forgets k and deletes its state entry.
+func (r *Rollup) free(k *rollKey) {
+	delete(r.keys, k.key)
+	k.deleted = true
+	r.touch(k)
 }
 
 // Tick does nothing: rollups close on their input. It keeps the interface
@@ -190,6 +239,9 @@ func (r *Rollup) Changes(fn func(key, val []byte)) {
 		if trade {
 			flags |= rollTrade
 		}
+		if k.rv != nil {
+			flags |= rollRev
+		}
 		b := append(r.vbuf[:0], stateVersion, flags)
 		b = binary.AppendVarint(b, k.lastSub)
 		if k.open {
@@ -204,6 +256,9 @@ func (r *Rollup) Changes(fn func(key, val []byte)) {
 			if trade {
 				b = appendTrade(b, a.Taker, a.TakerBuyVolume, a.TakerBuyQuoteVolume, []byte(a.FirstTradeID), []byte(a.LastTradeID))
 			}
+		}
+		if k.rv != nil {
+			b = k.rv.appendTo(b)
 		}
 		r.vbuf = b
 		fn(r.kbuf, r.vbuf)
@@ -242,6 +297,10 @@ func (r *Rollup) Restore(key, val []byte) error {
 			a.FirstTradeID, a.LastTradeID = string(fid), string(lid)
 		}
 	}
+	var rv *rollKept
+	if val[1]&rollRev != 0 {
+		rv = r.readRev(&rd, name)
+	}
 	if rd.err == nil && len(rd.b) != 0 {
 		rd.err = errCorrupt
 	}
@@ -249,5 +308,8 @@ func (r *Rollup) Restore(key, val []byte) error {
 		return fmt.Errorf("restore: rollup key %q: %w", name, rd.err)
 	}
 	r.keys[name] = k
+	if r.h > 0 {
+		r.restoreRev(k, rv)
+	}
 	return nil
 }
