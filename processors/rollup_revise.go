@@ -89,6 +89,15 @@ func (w *rollWin) value() (candle.Candle, bool) {
 func (r *Rollup) processRev(rec Record, k *rollKey, c *candle.Candle, out *Output) {
 	kp := k.rv
 	if kp == nil {
+		if c.Rev > 0 && r.pclock != math.MinInt64 && c.CloseTime <= r.pclock-r.h {
+			// A revision for a key the rollup does not hold: a quiet key
+			// freed once the partition's clock passed it by the horizon.
+			delete(r.keys, k.key)
+			reject(out, rec, Rejection{Reason: ReasonBeyondHorizon, Key: c.Symbol,
+				Detail: fmt.Sprintf("revision %d of the sub-candle closing %s: the partition's sub-candles closing at or before %s (its latest, %s, minus the revision horizon %s) are final",
+					c.Rev, fmtMS(c.CloseTime), fmtMS(r.pclock-r.h), fmtMS(r.pclock), time.Duration(r.h)*time.Millisecond)})
+			return
+		}
 		kp = &rollKept{clock: math.MinInt64, keptFrom: math.MinInt64}
 		k.rv = kp
 	}

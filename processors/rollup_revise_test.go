@@ -1,10 +1,18 @@
 package processors
 
 import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
 )
 
 // TestDataDrivenReviseRollup runs the fixtures in testdata/revise-rollup/:
@@ -23,5 +31,253 @@ func TestDataDrivenReviseRollup(t *testing.T) {
 			h := &ddHarness{clock: &testClock{t: baseDay}, st: store{}}
 			datadriven.RunTest(t, path, h.run)
 		})
+	}
+}
+
+// reviseStream is a random sub-candle series of several keys, each key's
+// sub-candles in time order (some windows skipped, some gaps), with random
+// revisions of a key's earlier sub-candles inside the horizon (newer revs
+// of kept ones, and rev 0 ones for skipped windows: a late trade created
+// them) and replays of sub-candles already sent.
+type reviseStream struct {
+	tf      candle.Timeframe
+	keys, n int
+	skip    int           // a key's next sub-candle opens 1..skip windows after its last
+	horizon time.Duration // revisions only of sub-candles closing after the key's latest − horizon
+}
+
+type revRec struct {
+	c candle.Candle
+	// want is the reason the rollup must reject it for ("" for none): a
+	// replay is a duplicate, or beyond the horizon when it is a revision
+	// (rev > 0) of a sub-candle closing at or before the key's latest −
+	// horizon.
+	want Reason
+}
+
+func (s reviseStream) gen(rng *rand.Rand, start int64) []revRec {
+	type keyGen struct {
+		subs  map[int64]candle.Candle // latest revision of each sub-candle sent, by open time
+		next  int64
+		last  int64 // close of the latest sub-candle in time
+		price int64
+	}
+	gens := make([]*keyGen, s.keys)
+	for i := range gens {
+		gens[i] = &keyGen{subs: map[int64]candle.Candle{}, next: s.tf.Start(start), price: 100}
+	}
+	mk := func(key string, open int64, gap bool, prev int64, rev uint32) (candle.Candle, int64) {
+		c := candle.Candle{Symbol: key, Timeframe: s.tf.String(), OpenTime: open, CloseTime: s.tf.End(open), Rev: rev}
+		d := func(x int64) decimal.Decimal { return decimal.MustParse(strconv.FormatInt(x, 10)) }
+		if gap {
+			c.Open, c.High, c.Low, c.Close, c.Gap = d(prev), d(prev), d(prev), d(prev), true
+			return c, prev
+		}
+		o, cl := prev+rng.Int64N(7)-3, prev+rng.Int64N(7)-3
+		c.Open, c.Close = d(o), d(cl)
+		c.High, c.Low = d(max(o, cl)+rng.Int64N(3)), d(min(o, cl)-rng.Int64N(3))
+		c.Trades = 1 + rng.Int64N(5)
+		c.Volume = decimal.SumOf(d(c.Trades))
+		c.QuoteVolume = decimal.SumOf(d(c.Trades * cl))
+		return c, cl
+	}
+	var out []revRec
+	h := s.horizon.Milliseconds()
+	for len(out) < s.n {
+		ki := rng.IntN(s.keys)
+		g, key := gens[ki], fmt.Sprintf("K%d", ki)
+		switch x := rng.IntN(10); {
+		case x < 6 || len(g.subs) == 0: // the key's next sub-candle
+			for range rng.IntN(s.skip) {
+				g.next = s.tf.End(g.next)
+			}
+			c, cl := mk(key, g.next, len(g.subs) > 0 && rng.IntN(3) == 0, g.price, 0)
+			g.price = cl
+			g.subs[c.OpenTime], g.last, g.next = c, c.CloseTime, c.CloseTime
+			out = append(out, revRec{c: c})
+		case x < 9: // a revision inside the horizon
+			open := s.tf.Start(g.last - 1 - rng.Int64N(h))
+			if s.tf.End(open) <= g.last-h {
+				continue
+			}
+			old, had := g.subs[open]
+			var rev uint32
+			if had {
+				rev = old.Rev + 1
+			}
+			c, _ := mk(key, open, rng.IntN(3) == 0, 100+rng.Int64N(20), rev)
+			g.subs[open] = c
+			out = append(out, revRec{c: c})
+		default: // a replay of a sub-candle sent
+			opens := slices.Sorted(maps.Keys(g.subs))
+			c := g.subs[opens[rng.IntN(len(opens))]]
+			want := ReasonDuplicate
+			if c.Rev > 0 && c.CloseTime <= g.last-h {
+				want = ReasonBeyondHorizon
+			}
+			out = append(out, revRec{c: c, want: want})
+		}
+	}
+	return out
+}
+
+// mergeOf is what a window holds: its sub-candles merged in time order.
+func mergeOf(key, tf string, open, close int64, subs []candle.Candle) candle.Candle {
+	acc, ng := candle.NewWindow(key, tf, open, close), false
+	for i := range subs {
+		ng = candle.Merge(&acc, &subs[i], ng)
+	}
+	candle.FlattenGap(&acc, ng)
+	return acc
+}
+
+// TestRollupRevisionProperty: for random sub-candle series with random
+// revisions inside the horizon, through a chain of rollups, every window's
+// emissions have revs 0, 1, 2, … each differing from the previous in a
+// value, the latest of each equals the merge of the latest revision of its
+// sub-candles (for the top of the chain: of the bottom's sub-candles), no
+// revision is refused, every replay is a duplicate, and a run with
+// restarts at random points gives exactly the output of one without.
+func TestRollupRevisionProperty(t *testing.T) {
+	seoul, err := time.LoadLocation("Asia/Seoul")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name    string
+		chain   []candle.Timeframe
+		skip    int
+		horizon time.Duration
+	}{
+		{"1m-5m-15m", []candle.Timeframe{tfOf(t, "1m", nil), tfOf(t, "5m", nil), tfOf(t, "15m", nil)}, 3, 20 * time.Minute},
+		{"1m-1h", []candle.Timeframe{tfOf(t, "1m", nil), tfOf(t, "1h", nil)}, 20, 3 * time.Hour},
+		{"1m-1d-1M Seoul", []candle.Timeframe{tfOf(t, "1m", seoul), tfOf(t, "1d", seoul), tfOf(t, "1M", seoul)}, 900, 72 * time.Hour},
+		{"1d-1M Seoul", []candle.Timeframe{tfOf(t, "1d", seoul), tfOf(t, "1M", seoul)}, 2, 5 * 24 * time.Hour},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(30) {
+				rng := rand.New(rand.NewPCG(seed, 20))
+				s := reviseStream{tf: tc.chain[0], keys: 3, n: 400, skip: tc.skip, horizon: tc.horizon}
+				in := s.gen(rng, time.Date(2024, 1, 29, 0, 0, 0, 0, time.UTC).UnixMilli())
+				plain := runReviseChain(t, tc.chain, tc.horizon, in, nil)
+				restarted := runReviseChain(t, tc.chain, tc.horizon, in, rand.New(rand.NewPCG(seed, 21)))
+				for i := range plain {
+					if !slices.Equal(plain[i], restarted[i]) {
+						t.Fatalf("seed %d: stage %d: output with restarts differs from one without", seed, i+1)
+					}
+				}
+				checkRevisions(t, seed, tc.chain, in, plain)
+			}
+		})
+	}
+}
+
+// runReviseChain feeds in to a chain of rollups with horizon h, each
+// stage taking the previous one's candles as they come, and returns every
+// stage's output. With rng, each stage restarts (state through Changes, a
+// fresh rollup, Restore in random order) at random points.
+func runReviseChain(t *testing.T, chain []candle.Timeframe, h time.Duration, in []revRec, rng *rand.Rand) [][]candle.Candle {
+	t.Helper()
+	n := len(chain) - 1
+	rs := make([]*Rollup, n)
+	sts := make([]store, n)
+	build := func(i int) *Rollup {
+		r, err := NewRollup(RollupConfig{From: chain[i], To: chain[i+1], ReviseWithin: h})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i := range rs {
+		rs[i], sts[i] = build(i), store{}
+	}
+	outs := make([][]candle.Candle, n)
+	var feed func(i int, c *candle.Candle, want Reason)
+	feed = func(i int, c *candle.Candle, want Reason) {
+		if i == n {
+			return
+		}
+		var out Output
+		rs[i].Process(Record{Value: c.AppendJSON(nil)}, &out)
+		sts[i].apply(rs[i])
+		switch {
+		case want != "" && (len(out.Rejected) != 1 || out.Rejected[0].Reason != want || len(out.Candles) > 0):
+			t.Fatalf("stage %d: a replay of %s gave %d rejections, %d candles, want one %s", i+1, fmtCandle(c), len(out.Rejected), len(out.Candles), want)
+		case want == "" && len(out.Rejected) > 0:
+			t.Fatalf("stage %d: %s rejected: %s", i+1, fmtCandle(c), fmtRejection(&out.Rejected[0]))
+		}
+		outs[i] = append(outs[i], out.Candles...)
+		for j := range out.Candles {
+			feed(i+1, &out.Candles[j], "")
+		}
+		if rng != nil && rng.IntN(25) == 0 {
+			rs[i] = build(i)
+			sts[i].restoreInto(t, rs[i], rng)
+		}
+	}
+	for i := range in {
+		feed(0, &in[i].c, in[i].want)
+	}
+	return outs
+}
+
+// checkRevisions checks each stage's output against its input.
+func checkRevisions(t *testing.T, seed uint64, chain []candle.Timeframe, in []revRec, outs [][]candle.Candle) {
+	t.Helper()
+	type wkey struct {
+		key  string
+		open int64
+	}
+	// latest holds the latest revision of each sub-candle of the stage.
+	latest := map[wkey]candle.Candle{}
+	for _, r := range in {
+		if r.want == "" {
+			latest[wkey{r.c.Symbol, r.c.OpenTime}] = r.c
+		}
+	}
+	bottom := latest
+	revised := 0
+	for i, out := range outs {
+		from, to := chain[i], chain[i+1]
+		last := map[wkey]candle.Candle{}
+		for _, c := range out {
+			k := wkey{c.Symbol, c.OpenTime}
+			prev, ok := last[k]
+			switch {
+			case !ok && c.Rev != 0:
+				t.Fatalf("seed %d: %s: first emission has rev %d", seed, fmtCandle(&c), c.Rev)
+			case ok && c.Rev != prev.Rev+1:
+				t.Fatalf("seed %d: %s follows rev %d", seed, fmtCandle(&c), prev.Rev)
+			case ok:
+				p := prev
+				p.Rev = c.Rev
+				if p.Equal(&c) {
+					t.Fatalf("seed %d: %s emitted again with no change", seed, fmtCandle(&c))
+				}
+				revised++
+			}
+			last[k] = c
+		}
+		for _, src := range []map[wkey]candle.Candle{latest, bottom} {
+			subs := map[wkey][]candle.Candle{}
+			for k, c := range src {
+				pk := wkey{k.key, to.Start(k.open)}
+				subs[pk] = append(subs[pk], c)
+			}
+			for k, c := range last {
+				ss := subs[k]
+				slices.SortFunc(ss, func(a, b candle.Candle) int { return cmpInt(a.OpenTime, b.OpenTime) })
+				want := mergeOf(k.key, to.String(), k.open, to.End(k.open), ss)
+				want.Rev = c.Rev
+				if !want.Equal(&c) {
+					t.Fatalf("seed %d: %s→%s: latest %s\nwant merge of the latest sub-candles %s", seed, from, to, fmtCandle(&c), fmtCandle(&want))
+				}
+			}
+		}
+		latest = last
+	}
+	if revised == 0 {
+		t.Fatalf("seed %d: no window was revised: the stream tests nothing", seed)
 	}
 }
