@@ -16,10 +16,11 @@ import (
 type RollupConfig struct {
 	From, To candle.Timeframe
 	// ReviseWithin is the revision horizon of the candles processor at the
-	// bottom of the chain: a revised sub-candle (Rev > 0) of a window that
-	// closed less than this long ago recomputes its parent from the latest
-	// revision of each sub-candle, and the parent is emitted again with Rev
-	// one higher when one of its values changed. 0 = off.
+	// bottom of the chain: a revised sub-candle (Rev > 0) closing less than
+	// this long before the key's latest sub-candle recomputes its parent
+	// from the latest revision of each sub-candle, and the parent is
+	// emitted again with Rev one higher when one of its values changed
+	// (the rules: see Rollup). 0 = off.
 	ReviseWithin time.Duration
 }
 
@@ -27,6 +28,65 @@ type RollupConfig struct {
 // key by key. A key's higher window is emitted as soon as that key's last
 // sub-candle of the window arrives (or one of a later window does), so it
 // never waits for other keys sharing the partition.
+//
+// # Revisions
+//
+// With RollupConfig.ReviseWithin H > 0 a rollup follows revisions of its
+// sub-candles (with H = 0 it behaves, and writes its state, exactly as
+// without this section: a sub-candle not after the key's last one is a
+// duplicate).
+//
+//   - Clock. Each key has its own clock: the close of its latest sub-candle
+//     in time, or the Until of its latest QuietMark when later. It never
+//     runs ahead of the watermark of the candles processor that made the
+//     sub-candles (a candle is emitted once that watermark passes its
+//     close), so a revision that processor makes inside its horizon is
+//     inside the rollup's too; it depends on no other key sharing the
+//     partition, and it moves with its key at a reshard.
+//   - Kept windows. A key keeps its open window and the windows it emitted
+//     that close after clock − H, each with the latest revision of every
+//     sub-candle closing after clock − H. Sub-candles closing at or before
+//     it can no longer be revised: they are merged, in order, into the
+//     window's base, which the later ones are merged onto.
+//   - A sub-candle after the key's last one in time is taken as without a
+//     horizon, whatever its rev, unless its window is one the key already
+//     emitted (a QuietMark closed it and a late trade then created this
+//     sub-candle): then it is a revision of that window, as below.
+//   - A sub-candle at or before the key's last one: closing at or before
+//     clock − H (or in a window opening before the key's kept windows
+//     begin, for state written without a horizon) it is dead-lettered,
+//     `duplicate` when its rev is 0 (a replayed input, as without a horizon),
+//     `beyond_horizon` when its rev is above 0. Inside the horizon, the
+//     same sub-candle kept with a rev at least as high makes it a
+//     `duplicate`; otherwise it replaces the kept one, or joins its window
+//     in time order when the window had none for its time (a rev 0
+//     sub-candle a late trade created).
+//   - The window is then recomputed from its sub-candles (candle.Merge in
+//     time order, never by deltas). An open window is only updated (no
+//     rev; its final is rev 0 and holds the revision). An emitted window
+//     whose candle changed in any value, Rev aside, is emitted again with
+//     Rev one higher; unchanged, nothing is emitted. A window that had no
+//     sub-candle at all before is emitted for the first time, with rev 0.
+//   - Calendar windows (days, weeks and months in a zone) follow the same
+//     rules: only the window boundaries differ.
+//   - QuietMark. An open window ending by Until is emitted as without a
+//     horizon; the key's clock moves to Until, and the key stays, quiet,
+//     with its kept windows, until the partition's clock (the latest clock
+//     of any of the rollup's keys) is H or more past its own; then it is
+//     freed and its state entry deleted. A revision (rev > 0) of a key the
+//     rollup does not hold, closing at or before the partition's clock − H,
+//     is `beyond_horizon`. The partition's clock is the latest of the
+//     keys' clocks, so it restores exactly from the keys' entries (a key is
+//     freed only behind it); a rollup reading a topic fed by several
+//     candles partitions whose watermarks differ by more than H may free a
+//     quiet key whose sub-candles a lagging partition can still revise.
+//   - State. Each key's kept windows go in its one entry ("k"+key, flag
+//     rollRev), so a reshard hands them over with their key and a restart
+//     gives the output of no restart. An entry written without a horizon
+//     restores under one as a key whose open window holds its sub-candles
+//     so far, folded: none of them, and no window before it, can be
+//     revised. An entry written with a horizon restores without one as the
+//     plain state it also holds.
 type Rollup struct {
 	from, to string
 	tf       candle.Timeframe

@@ -281,3 +281,142 @@ func checkRevisions(t *testing.T, seed uint64, chain []candle.Timeframe, in []re
 		t.Fatalf("seed %d: no window was revised: the stream tests nothing", seed)
 	}
 }
+
+// State written without a horizon restores under one: the key's open window
+// continues, its sub-candles before the restore cannot be revised (beyond
+// the horizon: they are not kept), later ones can. State written with a
+// horizon restores without one as the plain rollup state it holds.
+func TestRollupReviseRestoresStateWithoutHorizon(t *testing.T) {
+	tf1, tf5 := tfOf(t, "1m", nil), tfOf(t, "5m", nil)
+	sub := func(minute int, price string, rev uint32) candle.Candle {
+		open := baseDay.Add(10*time.Hour + time.Duration(minute)*time.Minute).UnixMilli()
+		p := decimal.MustParse(price)
+		return candle.Candle{Symbol: "BTC", Timeframe: "1m", OpenTime: open, CloseTime: tf1.End(open),
+			Open: p, High: p, Low: p, Close: p, Volume: decimal.MustParseSum("1"), QuoteVolume: decimal.SumOf(p), Trades: 1, Rev: rev}
+	}
+	process := func(r *Rollup, c candle.Candle) Output {
+		var out Output
+		r.Process(Record{Value: c.AppendJSON(nil)}, &out)
+		return out
+	}
+	plain, err := NewRollup(RollupConfig{From: tf1, To: tf5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := []candle.Candle{sub(0, "1", 0), sub(1, "2", 0), sub(2, "3", 0)}
+	for _, c := range first {
+		process(plain, c)
+	}
+	old := stateOf(plain, nil)
+
+	r, err := NewRollup(RollupConfig{From: tf1, To: tf5, ReviseWithin: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range old {
+		if err := r.Restore([]byte(k), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := process(r, sub(1, "9", 1)); len(out.Rejected) != 1 || out.Rejected[0].Reason != ReasonBeyondHorizon || len(out.Candles) > 0 {
+		t.Fatalf("a revision of a sub-candle taken before the horizon was on: %+v", out)
+	}
+	process(r, sub(3, "4", 0))
+	process(r, sub(3, "5", 1)) // the open window takes it
+	out := process(r, sub(4, "6", 0))
+	want := mergeOf("BTC", "5m", first[0].OpenTime, tf5.End(first[0].OpenTime), append(first, sub(3, "5", 1), sub(4, "6", 0)))
+	if len(out.Candles) != 1 || !out.Candles[0].Equal(&want) {
+		t.Fatalf("window after the restore: %+v, want %s", out, fmtCandle(&want))
+	}
+	out = process(r, sub(4, "7", 1))
+	want = mergeOf("BTC", "5m", first[0].OpenTime, tf5.End(first[0].OpenTime), append(first, sub(3, "5", 1), sub(4, "7", 1)))
+	want.Rev = 1
+	if len(out.Candles) != 1 || !out.Candles[0].Equal(&want) {
+		t.Fatalf("revision after the restore: %+v, want %s", out, fmtCandle(&want))
+	}
+
+	// Back without a horizon: the open window of the revised state goes on.
+	process(r, sub(5, "8", 0))
+	back, err := NewRollup(RollupConfig{From: tf1, To: tf5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range stateOf(r, nil) {
+		if err := back.Restore([]byte(k), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for m := 6; m < 9; m++ {
+		process(back, sub(m, "8", 0))
+	}
+	out = process(back, sub(9, "9", 0))
+	want = mergeOf("BTC", "5m", sub(5, "8", 0).OpenTime, sub(9, "9", 0).CloseTime,
+		[]candle.Candle{sub(5, "8", 0), sub(6, "8", 0), sub(7, "8", 0), sub(8, "8", 0), sub(9, "9", 0)})
+	if len(out.Candles) != 1 || !out.Candles[0].Equal(&want) {
+		t.Fatalf("without the horizon again: %+v, want %s", out, fmtCandle(&want))
+	}
+	if rev := stateOf(back, nil)["kBTC"]; rev[1]&rollRev != 0 {
+		t.Fatalf("a rollup without a horizon wrote kept windows")
+	}
+}
+
+// A Kinesis reshard hands each key's kept windows to the child that owns
+// the key: children restored from the split state give, key by key, the
+// output of the parent going on.
+func TestRollupReviseHandOver(t *testing.T) {
+	tf1, tf5 := tfOf(t, "1m", nil), tfOf(t, "5m", nil)
+	for seed := range uint64(10) {
+		rng := rand.New(rand.NewPCG(seed, 22))
+		in := reviseStream{tf: tf1, keys: 8, n: 600, skip: 3, horizon: 20 * time.Minute}.gen(rng, baseDay.UnixMilli())
+		build := func() *Rollup {
+			r, err := NewRollup(RollupConfig{From: tf1, To: tf5, ReviseWithin: 20 * time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		parent := build()
+		var out Output
+		for _, rc := range in[:300] {
+			parent.Process(Record{Value: rc.c.AppendJSON(nil)}, &out)
+		}
+		st := stateOf(parent, nil)
+		checkSplitMerge(t, RollupResharder{}, st)
+		children := [2]*Rollup{build(), build()}
+		for i, own := range []func(string) bool{owns, func(k string) bool { return !owns(k) }} {
+			entries, conflicts, err := HandOver(RollupResharder{}, []map[string][]byte{st}, own)
+			if err != nil || len(conflicts) > 0 {
+				t.Fatalf("hand-over: %v %v", err, conflicts)
+			}
+			for k, v := range entries {
+				if err := children[i].Restore([]byte(k), v); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		want, got := map[string][]string{}, map[string][]string{}
+		for i, rc := range in[300:] {
+			rec := Record{Offset: int64(i), Value: rc.c.AppendJSON(nil)}
+			child := children[1]
+			if owns(rc.c.Symbol) {
+				child = children[0]
+			}
+			for _, p := range []struct {
+				r   *Rollup
+				log map[string][]string
+			}{{parent, want}, {child, got}} {
+				var out Output
+				p.r.Process(rec, &out)
+				for j := range out.Candles {
+					p.log[rc.c.Symbol] = append(p.log[rc.c.Symbol], fmtCandle(&out.Candles[j]))
+				}
+				for j := range out.Rejected {
+					p.log[rc.c.Symbol] = append(p.log[rc.c.Symbol], fmtRejection(&out.Rejected[j]))
+				}
+			}
+		}
+		if !maps.EqualFunc(want, got, slices.Equal) {
+			t.Fatalf("seed %d: children's output differs from the parent's:\nparent %v\nchildren %v", seed, want, got)
+		}
+	}
+}
