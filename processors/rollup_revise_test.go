@@ -420,3 +420,89 @@ func TestRollupReviseHandOver(t *testing.T) {
 		}
 	}
 }
+
+// Without revisions a horizon changes no output: the sub-candles of each
+// key in time order, quiet marks included, give the candles and marks of a
+// rollup without one.
+func TestRollupReviseWithoutRevisionsSameAsOff(t *testing.T) {
+	tf1, tf5 := tfOf(t, "1m", nil), tfOf(t, "5m", nil)
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 23))
+		in := reviseStream{tf: tf1, keys: 4, n: 500, skip: 4, horizon: 15 * time.Minute}.gen(rng, baseDay.UnixMilli())
+		var logs [2][]string
+		for i, h := range []time.Duration{0, 15 * time.Minute} {
+			r, err := NewRollup(RollupConfig{From: tf1, To: tf5, ReviseWithin: h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var subs []candle.Candle
+			last := map[string]int64{}
+			for _, rc := range in {
+				if rc.c.CloseTime > last[rc.c.Symbol] { // not a revision or a replay
+					last[rc.c.Symbol] = rc.c.CloseTime
+					subs = append(subs, rc.c)
+				}
+			}
+			for j, c := range subs {
+				var out Output
+				r.Process(Record{Value: c.AppendJSON(nil)}, &out)
+				// Now and then the key goes quiet at the end of its 5m
+				// window, when its next sub-candle is in a later one.
+				until := tf5.End(tf5.Start(c.OpenTime))
+				next := slices.IndexFunc(subs[j+1:], func(n candle.Candle) bool { return n.Symbol == c.Symbol })
+				if c.CloseTime/60_000%3 == 0 && (next < 0 || subs[j+1+next].OpenTime >= until) {
+					r.Quiet(QuietMark{Key: c.Symbol, Until: until}, &out)
+				}
+				for j := range out.Candles {
+					logs[i] = append(logs[i], fmtCandle(&out.Candles[j]))
+				}
+				for j := range out.Rejected {
+					logs[i] = append(logs[i], fmtRejection(&out.Rejected[j]))
+				}
+			}
+		}
+		if len(logs[0]) == 0 || !slices.Equal(logs[0], logs[1]) {
+			t.Fatalf("seed %d: with a horizon (%d lines) differs from without (%d lines)", seed, len(logs[1]), len(logs[0]))
+		}
+	}
+}
+
+// BenchmarkRollupRevise: the cost of a horizon (1h, 1m → 5m) per
+// sub-candle, its state entry rewritten each time as the engine does; it
+// reports the state bytes written per sub-candle.
+func BenchmarkRollupRevise(b *testing.B) {
+	tf1, tf5 := tfOf(b, "1m", nil), tfOf(b, "5m", nil)
+	for _, h := range []time.Duration{0, time.Hour} {
+		b.Run("revise_within="+h.String(), func(b *testing.B) {
+			r, err := NewRollup(RollupConfig{From: tf1, To: tf5, ReviseWithin: h})
+			if err != nil {
+				b.Fatal(err)
+			}
+			const keys = 100
+			recs := make([][]byte, 0, 600*keys)
+			p := decimal.MustParse("100.5")
+			for m := range int64(600) {
+				for k := range keys {
+					open := baseDay.UnixMilli() + m*60_000
+					c := candle.Candle{Symbol: fmt.Sprintf("K%03d", k), Timeframe: "1m", OpenTime: open, CloseTime: open + 60_000,
+						Open: p, High: p, Low: p, Close: p, Volume: decimal.MustParseSum("1.25"), QuoteVolume: decimal.MustParseSum("125.625"), Trades: 3}
+					recs = append(recs, c.AppendJSON(nil))
+				}
+			}
+			var out Output
+			written := 0
+			b.ResetTimer()
+			for i := range b.N {
+				if i%len(recs) == 0 && i > 0 {
+					b.StopTimer()
+					r, _ = NewRollup(RollupConfig{From: tf1, To: tf5, ReviseWithin: h})
+					b.StartTimer()
+				}
+				out.Reset()
+				r.Process(Record{Value: recs[i%len(recs)]}, &out)
+				r.Changes(func(_, v []byte) { written += len(v) })
+			}
+			b.ReportMetric(float64(written)/float64(b.N), "state-B/op")
+		})
+	}
+}
