@@ -113,7 +113,7 @@ type rollKey struct {
 	acc        candle.Candle
 	hasNonGap  bool
 	dirty, act bool
-	deleted    bool      // freed by a QuietMark
+	deleted    bool      // freed (by a QuietMark; with a horizon, once the partition's clock passed it)
 	rv         *rollKept // the kept windows with a revision horizon; nil without
 }
 
