@@ -21,10 +21,13 @@
 //     condition, and a rev-0 candle needs one too: a redelivered rev 0 after
 //     its rev 1 must not win. Within one buffer the highest rev of a key is
 //     kept. The price is one request per candle instead of one per 25:
-//     against dynalite (BenchmarkSinkVsIdeal, 2 cores) the sink wrote about
-//     1,100 candles/s where batches wrote about 5,200; on DynamoDB a
-//     conditional put costs the same write units as a batched one, and the
-//     sink keeps max_in_flight × 25 puts in flight to hide the latency.
+//     against dynalite on a loaded 2-core machine (BenchmarkSinkVsIdeal, one
+//     run) the sink wrote 1,470 candles/s, an ideal client sending the same
+//     conditional puts 1,580 and one sending BatchWriteItem 3,240 (the
+//     sink wrote 5,200 with batches before, unloaded). On DynamoDB a
+//     conditional put costs the same write units as a batched one; the
+//     sink keeps max_in_flight × 25 puts in flight (and as many idle
+//     connections) to hide the latency.
 //   - Trades, readings and events go out as BatchWriteItem calls of at most
 //     25 distinct keys (DynamoDB rejects a batch that names a key twice; the
 //     last write in a buffer wins), a bounded number in flight. UnprocessedItems, throttling

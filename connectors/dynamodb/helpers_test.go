@@ -76,10 +76,10 @@ type harness struct {
 func newSink(t testing.TB, cfg Config, wrap func(API) API) *harness {
 	t.Helper()
 	raw := rawClient(cfg.Endpoint)
-	var client API = dynamodb.NewFromConfig(testAWSConfig(), func(o *dynamodb.Options) {
-		o.BaseEndpoint = aws.String(cfg.Endpoint)
-		o.Retryer = aws.NopRetryer{}
-	})
+	client, err := NewClient(context.Background(), cfg, WithAWSConfig(testAWSConfig())) // as the sink builds it
+	if err != nil {
+		t.Fatal(err)
+	}
 	if wrap != nil {
 		client = wrap(client)
 	}
