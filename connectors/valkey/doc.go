@@ -16,7 +16,8 @@
 //
 //	candle:active:{tf}:{symbol}  hash  o h l c v q t open_time close_time rev
 //	candle:rev:{tf}:{symbol}:{open_time}  string  the newest rev above 0 stored
-//	                             for that window (kept 24 h after it was set)
+//	                             for that window (kept 24 h after it was set, or
+//	                             the hash's expiry when longer)
 //	active:symbols               set   every symbol that had an active candle
 //	pub:candle:{tf}:{symbol}     channel  candle JSON (with "rev" when above 0)
 //	                             plus "final":true|false

@@ -26,7 +26,8 @@ const (
 // finalArgs is the number of ARGV entries per candle of finalScript.
 const finalArgs = 19
 
-// revGuardTTL is how long a window's revision guard (names.revision) lives
+// revGuardTTL is how long at least (the hash's expiry when longer) a
+// window's revision guard (names.revision) lives
 // after its last revision was stored: an older revision of the window
 // redelivered within it is refused even when the hash has moved on.
 const revGuardTTL = 24 * time.Hour

@@ -15,7 +15,8 @@ func (n names) channel(tf, sym string) string { return n.prefix + "pub:candle:" 
 func (n names) symbols() string               { return n.prefix + "active:symbols" }
 
 // revision is the key of a window's revision guard: the newest rev above 0
-// stored for the window (a string), kept revGuardTTL after it was set.
+// stored for the window (a string), kept revGuardTTL (or the hash's expiry,
+// when longer) after it was set.
 func (n names) revision(c *candle.Candle) string {
 	return n.prefix + "candle:rev:" + c.Timeframe + ":" + c.Symbol + ":" + strconv.FormatInt(c.OpenTime, 10)
 }
