@@ -27,9 +27,9 @@ const (
 const finalArgs = 19
 
 // revGuardTTL is how long at least (the hash's expiry when longer) a
-// window's revision guard (names.revision) lives
-// after its last revision was stored: an older revision of the window
-// redelivered within it is refused even when the hash has moved on.
+// window's revision guard (names.revision) lives after its last revision
+// was stored: an older revision of the window redelivered within it is
+// refused even when the hash has moved on.
 const revGuardTTL = 24 * time.Hour
 
 // finalScript stores a chunk of final candles with a compare-and-set, in
