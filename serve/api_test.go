@@ -62,9 +62,18 @@ func fixtureServer(t testing.TB, mutate func(*Options)) (*Server, []candle.Candl
 // TestCandlesEqualTruth: for many random ranges, limits and orders, paging
 // through /v1/candles with the cursor returns exactly the candles of the
 // range (closed and open), in order, byte for byte in the output topics'
-// JSON shape, across the hot/cold boundary.
+// JSON shape, across the hot/cold boundary; also where both stores are read
+// before the boundary (a revision horizon as long as what the hot store
+// holds beyond it), whose candles then come from either.
 func TestCandlesEqualTruth(t *testing.T) {
-	f := newFixture(t, nil)
+	t.Run("split", func(t *testing.T) { candlesEqualTruth(t, nil) })
+	t.Run("overlap", func(t *testing.T) {
+		candlesEqualTruth(t, func(o *Options) { o.ReviseWithin = 30 * time.Minute })
+	})
+}
+
+func candlesEqualTruth(t *testing.T, mutate func(*Options)) {
+	f := newFixture(t, mutate)
 	r := rand.New(rand.NewPCG(3, 4))
 	lo, hi := f.truth[0].OpenTime-10*60_000, f.truth[len(f.truth)-1].CloseTime+10*60_000
 	for i := 0; i < 150; i++ {

@@ -157,7 +157,8 @@ func (s *Server) derived(ctx context.Context, q query) ([]candle.Candle, bool, i
 }
 
 // combine builds the candles of tf from consecutive stored candles
-// (oldest first), one per window that has any.
+// (oldest first), one per window that has any. A built candle's rev is the
+// sum of its candles' revs: it goes up whenever one of them is revised.
 func combine(cs []candle.Candle, tf candle.Timeframe) []candle.Candle {
 	var out []candle.Candle
 	var acc candle.Candle
@@ -176,6 +177,7 @@ func combine(cs []candle.Candle, tf candle.Timeframe) []candle.Candle {
 			nonGap, open = false, true
 		}
 		nonGap = candle.Merge(&acc, &cs[i], nonGap)
+		acc.Rev += cs[i].Rev
 	}
 	flush()
 	return out

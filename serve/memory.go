@@ -32,7 +32,8 @@ func NewMemory(max int) *Memory {
 	return &Memory{max: max, closed: map[key][]candle.Candle{}, open: map[key]candle.Candle{}, subs: map[key]bool{}}
 }
 
-// Add stores final candles (an upsert by open_time) and publishes them.
+// Add stores final candles (an upsert by open_time) and publishes them; a
+// candle whose rev is below the stored one of its window is dropped.
 func (m *Memory) Add(cs ...candle.Candle) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -41,6 +42,9 @@ func (m *Memory) Add(cs ...candle.Candle) {
 		s := m.closed[k]
 		i := sort.Search(len(s), func(i int) bool { return s[i].OpenTime >= c.OpenTime })
 		if i < len(s) && s[i].OpenTime == c.OpenTime {
+			if s[i].Rev > c.Rev {
+				continue // an older revision: neither stored nor published
+			}
 			s[i] = c
 		} else {
 			s = slices.Insert(s, i, c)
@@ -49,7 +53,7 @@ func (m *Memory) Add(cs ...candle.Candle) {
 			}
 		}
 		m.closed[k] = s
-		if o, ok := m.open[k]; !ok || o.OpenTime <= c.OpenTime {
+		if o, ok := m.open[k]; !ok || o.OpenTime < c.OpenTime || (o.OpenTime == c.OpenTime && o.Rev <= c.Rev) {
 			m.open[k] = c
 		}
 		m.publish(k, Update{Candle: c, Final: true})

@@ -30,8 +30,13 @@ type Options struct {
 	Symbols []string
 	Hot     History
 	Cold    History
-	Live    OpenWindow
-	Feed    Feed
+	// ReviseWithin is the longest revision horizon of the served
+	// processors (0: none). With Hot, Cold and a hot_horizon, the hot store
+	// is read this far before the split too, so a window revised there is
+	// answered with its newest rev whichever store has it first.
+	ReviseWithin time.Duration
+	Live         OpenWindow
+	Feed         Feed
 	// Devices, when set, answers the device read API (/v1/devices…).
 	Devices Devices
 	// DeviceLevels are the silence levels /v1/devices?status= accepts

@@ -183,55 +183,121 @@ func (h *hub) closeAll() {
 // older than all of them, once that many are remembered, is dropped.
 const markWindows = 4
 
+// revisedWindows is how many windows older than the last markWindows a
+// client's marks remember because a revision of them was sent: a
+// revision of a closed candle may come long after the next windows
+// opened (within the processor's revision horizon), and a redelivered
+// older revision of it must still be dropped.
+const revisedWindows = 64
+
 // mark is the newest state a client was given of one window, and where
 // that state waits in the client's queue: at index queued-1 while the
 // queue's generation is gen.
 type mark struct {
 	open   int64
 	trades int64
+	rev    uint32
 	final  bool
 	gen    uint64
 	queued int
 }
 
-// admits reports whether u, an update of m's window, may follow m: the
-// same window with at least as many trades, or its final, and nothing
-// after the final.
+// admits reports whether u, an update of m's window, may follow m. A
+// window's states are ordered by (final, rev), and live states by trades:
+// before the final, the same window with at least as many trades, or a
+// final; after a final, only a final with a higher rev (a revision of the
+// closed candle). So a window's revs only go up.
 func (m mark) admits(u Update) bool {
-	return !m.final && (u.Final || u.Candle.Trades >= m.trades)
+	if m.final {
+		return u.Final && u.Candle.Rev > m.rev
+	}
+	return u.Final || u.Candle.Trades >= m.trades
 }
 
-// marks are a client's marks of the last markWindows windows of one
-// series, oldest first. Order is kept per window, not per series: the
-// final of a window arrives after the next window opened (its watermark
-// passes only with a later trade), and is still sent.
-type marks []mark
+// revision reports whether u is a revision of a closed candle (a final
+// emitted again, rev above 0).
+func revision(u *Update) bool { return u.Final && u.Candle.Rev > 0 }
+
+// marks are a client's marks of one series: recent holds the last
+// markWindows windows, oldest first. Order is kept per window, not per
+// series: the final of a window arrives after the next window opened (its
+// watermark passes only with a later trade), and is still sent. revised
+// holds, oldest first, up to revisedWindows older windows that a revision
+// was sent of (or whose revision left recent), so a revision of an old
+// window goes out once and an older one after it never does.
+type marks struct {
+	recent  []mark
+	revised []mark
+}
 
 // admit reports whether u may follow what was sent of its window, and
 // records it when so, returning its window's mark (valid until the next
 // admit).
 func (ms *marks) admit(u *Update) (*mark, bool) {
-	s := *ms
 	o := u.Candle.OpenTime
-	i, found := slices.BinarySearchFunc(s, o, func(m mark, o int64) int { return cmp.Compare(m.open, o) })
+	s := ms.recent
+	i, found := slices.BinarySearchFunc(s, o, byOpen)
 	if found {
-		if !s[i].admits(*u) {
-			return nil, false
-		}
-		s[i].trades, s[i].final = u.Candle.Trades, u.Final
-		return &s[i], true
+		return s[i].take(u)
 	}
 	if i == 0 && len(s) >= markWindows {
-		return nil, false // older than every window remembered
+		// Older than every recent window: only a revision goes out.
+		if !revision(u) {
+			return nil, false
+		}
+		j, found := slices.BinarySearchFunc(ms.revised, o, byOpen)
+		if found {
+			return ms.revised[j].take(u)
+		}
+		if j == 0 && len(ms.revised) >= revisedWindows {
+			return nil, false // older than every window remembered
+		}
+		ms.revised = slices.Insert(ms.revised, j, newMark(u))
+		if len(ms.revised) > revisedWindows { // forget the oldest
+			ms.revised, j = slices.Delete(ms.revised, 0, 1), j-1
+		}
+		return &ms.revised[j], true
 	}
-	s = slices.Insert(s, i, mark{open: o, trades: u.Candle.Trades, final: u.Final})
-	if len(s) > markWindows {
-		d := len(s) - markWindows
+	s = slices.Insert(s, i, newMark(u))
+	if d := len(s) - markWindows; d > 0 {
+		for _, m := range s[:d] {
+			if m.final && m.rev > 0 { // keep what stops an older revision
+				ms.remember(m)
+			}
+		}
 		s, i = slices.Delete(s, 0, d), i-d
 	}
-	*ms = s
+	ms.recent = s
 	return &s[i], true
 }
+
+func newMark(u *Update) mark {
+	return mark{open: u.Candle.OpenTime, trades: u.Candle.Trades, rev: u.Candle.Rev, final: u.Final}
+}
+
+// take records u as the newest state of m's window if m admits it.
+func (m *mark) take(u *Update) (*mark, bool) {
+	if !m.admits(*u) {
+		return nil, false
+	}
+	m.trades, m.rev, m.final = u.Candle.Trades, u.Candle.Rev, u.Final
+	return m, true
+}
+
+// remember moves m, a revised window leaving recent, into revised.
+func (ms *marks) remember(m mark) {
+	j, found := slices.BinarySearchFunc(ms.revised, m.open, byOpen)
+	if found {
+		ms.revised[j] = m
+		return
+	}
+	ms.revised = slices.Insert(ms.revised, j, m)
+	if len(ms.revised) > revisedWindows {
+		ms.revised = slices.Delete(ms.revised, 0, 1)
+	}
+}
+
+func byOpen(m mark, o int64) int { return cmp.Compare(m.open, o) }
 
 // frame is one update of a series and its message, encoded once and
 // shared, read-only, by the queues of every client it goes to: queueing it

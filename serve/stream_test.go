@@ -390,8 +390,8 @@ func TestMarksPerWindow(t *testing.T) {
 		if _, got := ms.admit(&tc.u); got != tc.want {
 			t.Fatalf("step %d (window %d, %d trades, final %v): admitted %v", n, tc.u.Candle.OpenTime, tc.u.Candle.Trades, tc.u.Final, got)
 		}
-		if len(ms) > markWindows {
-			t.Fatalf("%d marks kept", len(ms))
+		if len(ms.recent) > markWindows {
+			t.Fatalf("%d marks kept", len(ms.recent))
 		}
 	}
 }

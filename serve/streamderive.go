@@ -40,9 +40,10 @@ type derivedSeries struct {
 type derivedWindow struct {
 	tf     candle.Timeframe
 	open   int64
-	done   *candle.Candle // the finals folded so far, as one candle of the window
-	doneTo int64          // close time of the last final folded in (open: none)
-	tail   []Update       // later sub-candles by open time, the newest state of each
+	done   *candle.Candle  // the finals folded so far, as one candle of the window
+	folded []candle.Candle // those finals, in order (a revision of one rebuilds done)
+	doneTo int64           // close time of the last final folded in (open: none)
+	tail   []Update        // later sub-candles by open time, the newest state of each
 }
 
 // add takes an update of a sub-candle and returns the derived window's
@@ -86,12 +87,21 @@ func (d *derivedSeries) window(o int64) *derivedWindow {
 func (w *derivedWindow) add(u Update) bool {
 	o := u.Candle.OpenTime
 	if o < w.doneTo {
-		return false // its final is folded in already
+		// Its final is folded in already: only a higher revision of it
+		// changes the window, rebuilt from the finals with it.
+		j, found := slices.BinarySearchFunc(w.folded, o, func(c candle.Candle, o int64) int { return cmp.Compare(c.OpenTime, o) })
+		if !found || !revision(&u) || u.Candle.Rev <= w.folded[j].Rev {
+			return false
+		}
+		w.folded[j] = u.Candle
+		c := combine(w.folded, w.tf)[0]
+		w.done = &c
+		return true
 	}
 	i, found := slices.BinarySearchFunc(w.tail, o, func(x Update, o int64) int { return cmp.Compare(x.Candle.OpenTime, o) })
 	if found {
 		t := w.tail[i]
-		if !(mark{open: o, trades: t.Candle.Trades, final: t.Final}).admits(u) || (t.Final == u.Final && t.Candle.Equal(&u.Candle)) {
+		if !newMark(&t).admits(u) || (t.Final == u.Final && t.Candle.Equal(&u.Candle)) {
 			return false // older, or nothing new
 		}
 		w.tail[i] = u
@@ -112,6 +122,9 @@ func (w *derivedWindow) foldFinals() {
 	if n > 0 {
 		c := w.fold(w.tail[:n])
 		w.done = &c
+		for _, u := range w.tail[:n] {
+			w.folded = append(w.folded, u.Candle)
+		}
 		w.tail = slices.Delete(w.tail, 0, n)
 	}
 }

@@ -560,7 +560,7 @@ func (h *sxHarness) liveProblems(want map[string]candle.Candle) []string {
 		exp := map[string]string{"o": c.Open.String(), "h": c.High.String(), "l": c.Low.String(), "c": c.Close.String(),
 			"v": c.Volume.String(), "q": c.QuoteVolume.String(), "t": fmt.Sprint(c.Trades),
 			"open_time": fmt.Sprint(c.OpenTime), "close_time": fmt.Sprint(c.CloseTime),
-			"tb": "", "tq": "", "fid": c.FirstTradeID, "lid": c.LastTradeID} // "": none
+			"tb": "", "tq": "", "fid": c.FirstTradeID, "lid": c.LastTradeID, "rev": fmt.Sprint(c.Rev)} // "": none
 		if c.Taker {
 			exp["tb"], exp["tq"] = c.TakerBuyVolume.String(), c.TakerBuyQuoteVolume.String()
 		}

@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/kandle/kandle/connectors/sinkkit"
 )
@@ -45,9 +47,11 @@ func (s *Sink) do(ctx context.Context, op string, fn func(context.Context) error
 	}
 }
 
-// flushLocked dedupes the buffer (last write of a key wins), sends it in
-// batches of 25 with at most MaxInFlight requests in flight, and keeps
-// whatever could not be sent buffered. s.mu must be held.
+// flushLocked dedupes the buffer (the highest rev of a key wins, then the
+// last write), writes candles with conditional PutItems (putCandles) and
+// everything else in BatchWriteItem batches of 25 with at most MaxInFlight
+// requests in flight, and keeps whatever could not be sent buffered. s.mu
+// must be held.
 func (s *Sink) flushLocked(ctx context.Context) error {
 	if len(s.buf) == 0 {
 		return nil
@@ -55,12 +59,34 @@ func (s *Sink) flushLocked(ctx context.Context) error {
 	if err := s.ensureProvisioned(ctx); err != nil {
 		return err
 	}
-	items := dedupe(s.buf)
+	var cands, items []pending
+	for _, p := range dedupe(s.buf) {
+		if p.cond {
+			cands = append(cands, p)
+		} else {
+			items = append(items, p)
+		}
+	}
 	var chunks [][]pending
 	for len(items) > 0 {
 		n := min(maxBatch, len(items))
 		chunks = append(chunks, items[:n:n])
 		items = items[n:]
+	}
+	var (
+		left []pending
+		rej  RejectedError
+		errs []error
+	)
+	collect := func(l []pending, r *RejectedError, err error) {
+		left = append(left, l...)
+		rej.merge(r)
+		if err != nil && len(errs) == 0 {
+			errs = append(errs, err)
+		}
+	}
+	if len(cands) > 0 {
+		collect(s.putCandles(ctx, cands))
 	}
 	type result struct {
 		left []pending
@@ -68,32 +94,14 @@ func (s *Sink) flushLocked(ctx context.Context) error {
 		err  error
 	}
 	results := make([]result, len(chunks))
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(s.cfg.MaxInFlight, len(chunks)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(chunks) {
-					return
-				}
-				r := &results[i]
-				r.left, r.rej, r.err = s.sendChunk(ctx, chunks[i])
-			}
-		})
-	}
-	wg.Wait()
-
-	s.buf = s.buf[:0]
-	var rej RejectedError
-	var errs []error
+	parallel(min(s.cfg.MaxInFlight, len(chunks)), len(chunks), func(i int) {
+		r := &results[i]
+		r.left, r.rej, r.err = s.sendChunk(ctx, chunks[i])
+	})
 	for _, r := range results {
-		s.buf = append(s.buf, r.left...)
-		rej.merge(r.rej)
-		if r.err != nil && len(errs) == 0 {
-			errs = append(errs, r.err)
-		}
+		collect(r.left, r.rej, r.err)
 	}
+	s.buf = append(s.buf[:0], left...)
 	s.m.buffered.WithLabelValues(s.cfg.Table.Name).Set(float64(len(s.buf)))
 	if n := len(rej.CandleErrs) + len(rej.TradeErrs); n > 0 {
 		s.m.errors.WithLabelValues(s.cfg.Table.Name, "rejected").Add(float64(n))
@@ -101,20 +109,139 @@ func (s *Sink) flushLocked(ctx context.Context) error {
 	return errors.Join(append(errs, rej.orNil())...)
 }
 
-// dedupe returns the items of buf with one item per key, the last one
-// written, in the order of their last writes. buf is not modified.
-func dedupe(buf []pending) []pending {
-	last := make(map[string]int, len(buf))
-	for i := range buf {
-		last[buf[i].key] = i
+// parallel runs fn(0..n-1) on at most workers goroutines and waits for them.
+func parallel(workers, n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				fn(i)
+			}
+		})
 	}
-	out := make([]pending, 0, len(last))
+	wg.Wait()
+}
+
+// dedupe returns the items of buf with one item per key: the one with the
+// highest rev, the last written among equals (a candle's revisions never go
+// back, whatever order a redelivery brings them in), in the order of the
+// chosen writes. buf is not modified.
+func dedupe(buf []pending) []pending {
+	pick := make(map[string]int, len(buf))
 	for i := range buf {
-		if last[buf[i].key] == i {
+		if j, ok := pick[buf[i].key]; !ok || buf[i].rev >= buf[j].rev {
+			pick[buf[i].key] = i
+		}
+	}
+	out := make([]pending, 0, len(pick))
+	for i := range buf {
+		if pick[buf[i].key] == i {
 			out = append(out, buf[i])
 		}
 	}
 	return out
+}
+
+// revCondition is the condition of a candle's PutItem: the stored item has
+// no rev (rev 0, or written before revisions existed) or one not above the
+// candle's. A redelivered or late older revision is thus refused by
+// DynamoDB itself, whichever instance writes it and however long ago the
+// newer one was stored.
+const revCondition = "attribute_not_exists(#rev) OR #rev <= :rev"
+
+// putCandles writes candles, each with a PutItem conditional on its rev
+// (BatchWriteItem cannot carry conditions), from at most MaxInFlight × 25
+// goroutines: as many items in flight as MaxInFlight batches hold. A
+// refused condition means the table already holds a newer revision: the
+// candle is counted as stale and dropped, not retried. It returns the
+// candles still unwritten and those DynamoDB refused.
+func (s *Sink) putCandles(ctx context.Context, items []pending) ([]pending, *RejectedError, error) {
+	type result struct {
+		rejected error
+		err      error
+	}
+	results := make([]result, len(items))
+	parallel(min(s.cfg.MaxInFlight*maxBatch, len(items)), len(items), func(i int) {
+		r := &results[i]
+		r.rejected, r.err = s.putCandle(ctx, &items[i])
+	})
+	table := s.cfg.Table.Name
+	rej := &RejectedError{}
+	var left []pending
+	var first error
+	for i, r := range results {
+		switch {
+		case r.rejected != nil:
+			s.log.Warn("dynamodb refused an item; returning it for dead-lettering", "err", r.rejected)
+			rej.add(items[i], fmt.Errorf("dynamodb refused the item: %w", r.rejected))
+		case r.err != nil:
+			left = append(left, items[i])
+			if first == nil {
+				first = r.err
+			}
+		}
+	}
+	var missing *types.ResourceNotFoundException
+	switch {
+	case first == nil:
+	case errors.As(first, &missing) && s.cfg.Provision:
+		// The table went away (deleted, or an emulator restarted):
+		// provision it again on the next flush, which the engine retries.
+		s.provisioned.Store(false)
+		first = fmt.Errorf("dynamodb table %s not found; it will be provisioned again: %w", table, first)
+	case ctx.Err() == nil:
+		first = fmt.Errorf("dynamodb PutItem on table %s failed permanently; check the table exists (or set provision: true), its key schema matches table.pk_attribute/sk_attribute/sk_type, and the credentials may write it: %w", table, first)
+	}
+	return left, rej, first
+}
+
+// putCandle writes one candle unless the table holds a higher rev of it.
+// It returns rejected when DynamoDB refuses the item itself (validation),
+// err when it could not be written (ctx ended, permanent error).
+func (s *Sink) putCandle(ctx context.Context, p *pending) (rejected, err error) {
+	table := s.cfg.Table.Name
+	in := &dynamodb.PutItemInput{
+		TableName:                 aws.String(table),
+		Item:                      p.item,
+		ConditionExpression:       aws.String(revCondition),
+		ExpressionAttributeNames:  map[string]string{"#rev": attrRev},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":rev": numAttr(int64(p.rev))},
+	}
+	stale := false
+	err = s.do(ctx, "PutItem", func(ctx context.Context) error {
+		_, err := s.client.PutItem(ctx, in)
+		var ccf *types.ConditionalCheckFailedException
+		if errors.As(err, &ccf) || isCode(err, "ConditionalCheckFailedException") {
+			stale = true
+			return nil
+		}
+		return err
+	})
+	switch {
+	case err == nil && stale:
+		s.m.stale.WithLabelValues(table).Inc()
+		s.log.Debug("dynamodb holds a newer revision of a candle; the older one is not written",
+			"symbol", p.c.Symbol, "timeframe", p.c.Timeframe, "open_time", p.c.OpenTime, "rev", p.rev)
+		return nil, nil
+	case err == nil:
+		s.m.written.WithLabelValues(table).Inc()
+		return nil, nil
+	case ctx.Err() == nil && classify(err) == classValidation:
+		return err, nil
+	}
+	return nil, err
+}
+
+// isCode reports whether err is an API error with the given code (an
+// emulator's error may not decode into the SDK's typed exception).
+func isCode(err error, code string) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == code
 }
 
 // sendChunk writes up to 25 distinct items, retrying UnprocessedItems and

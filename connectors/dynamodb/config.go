@@ -28,7 +28,7 @@ type Config struct {
 	TTL            Duration            `yaml:"ttl" doc:"Items expire this long after their event time (candle close_time, trade ts), e.g. 24h or 30d. Needs table.ttl_attribute. Empty: no TTL."`
 	TTLByTimeframe map[string]Duration `yaml:"ttl_by_timeframe" doc:"Per-timeframe TTL overriding ttl, e.g. {1m: 7d, 1h: 90d}."`
 
-	MaxInFlight int      `yaml:"max_in_flight" default:"4" doc:"BatchWriteItem (and query) requests in flight at once."`
+	MaxInFlight int      `yaml:"max_in_flight" default:"4" doc:"BatchWriteItem (and query) requests in flight at once. Candles, written by PutItems conditional on their rev, have 25 times as many in flight: the items of that many batches."`
 	BufferItems int      `yaml:"buffer_items" default:"100" doc:"Write sends once this many items are buffered; Flush sends the rest."`
 	RetryBase   Duration `yaml:"retry_base" default:"50ms" doc:"First backoff after a throttled, unprocessed or failed request; doubles per retry, with full jitter."`
 	RetryMax    Duration `yaml:"retry_max" default:"5s" doc:"Longest single backoff. Retries go on until the stage stops."`

@@ -49,6 +49,23 @@ func historyConfig(table, endpoint string) Config {
 	}
 }
 
+// tradeConfig is a trade table keyed by symbol and trade time.
+func tradeConfig(table, endpoint string) Config {
+	cfg := historyConfig(table, endpoint)
+	cfg.PK, cfg.SK = "{symbol}", "{ts}"
+	return cfg
+}
+
+// genTrades makes n trades of sym one second apart, with prices that
+// differ per version.
+func genTrades(sym string, n, version int) []candle.Trade {
+	out := make([]candle.Trade, n)
+	for i := range out {
+		out[i] = candle.Trade{Key: sym, TS: 1_763_900_000_000 + int64(i)*1000, Price: dec(fmt.Sprintf("%d.%03d", 100+i, version)), Qty: dec("0.5")}
+	}
+	return out
+}
+
 type harness struct {
 	sink *Sink
 	reg  *prometheus.Registry
@@ -59,10 +76,10 @@ type harness struct {
 func newSink(t testing.TB, cfg Config, wrap func(API) API) *harness {
 	t.Helper()
 	raw := rawClient(cfg.Endpoint)
-	var client API = dynamodb.NewFromConfig(testAWSConfig(), func(o *dynamodb.Options) {
-		o.BaseEndpoint = aws.String(cfg.Endpoint)
-		o.Retryer = aws.NopRetryer{}
-	})
+	client, err := NewClient(context.Background(), cfg, WithAWSConfig(testAWSConfig())) // as the sink builds it
+	if err != nil {
+		t.Fatal(err)
+	}
 	if wrap != nil {
 		client = wrap(client)
 	}
@@ -158,9 +175,10 @@ func partitionItems(t testing.TB, raw *dynamodb.Client, table, pkAttr, pk string
 }
 
 // faultAPI wraps a client: it counts calls, fails the first `throttle`
-// BatchWriteItem calls with a throttling error, and for the next
-// `partial` calls writes only the first half of the batch and returns the
-// rest as UnprocessedItems. It also records batch shapes.
+// BatchWriteItem or PutItem calls with a throttling error, and for the next
+// `partial` BatchWriteItem calls writes only the first half of the batch
+// and returns the rest as UnprocessedItems. It also records batch shapes
+// and the items of PutItem calls.
 type faultAPI struct {
 	API
 	mu        sync.Mutex
@@ -168,10 +186,11 @@ type faultAPI struct {
 	partial   int
 	calls     map[string]int
 	batches   [][]map[string]types.AttributeValue
+	puts      []map[string]types.AttributeValue
 	forceLim  int32 // when > 0, Query pages hold at most this many items
 	validate  func(map[string]types.AttributeValue) bool
 	mutations int // successful CreateTable/UpdateTable/UpdateTimeToLive
-	inflight  int // BatchWriteItem calls running now
+	inflight  int // BatchWriteItem and PutItem calls running now
 	maxFlight int // the most that ran at once
 }
 
@@ -248,6 +267,32 @@ func (f *faultAPI) BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteIt
 		return out, nil
 	}
 	return f.API.BatchWriteItem(ctx, in, o...)
+}
+
+func (f *faultAPI) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	f.count("PutItem")
+	f.mu.Lock()
+	f.inflight++
+	f.maxFlight = max(f.maxFlight, f.inflight)
+	f.puts = append(f.puts, in.Item)
+	throttle := f.throttle > 0
+	if throttle {
+		f.throttle--
+	}
+	validate := f.validate
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.inflight--
+		f.mu.Unlock()
+	}()
+	if validate != nil && !validate(in.Item) {
+		return nil, &smithy.GenericAPIError{Code: "ValidationException", Message: "One or more parameter values were invalid (injected)"}
+	}
+	if throttle {
+		return nil, &smithy.GenericAPIError{Code: "ProvisionedThroughputExceededException", Message: "injected throttling"}
+	}
+	return f.API.PutItem(ctx, in, o...)
 }
 
 func (f *faultAPI) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {

@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -35,6 +36,9 @@ const (
 	attrQuote     = "q"
 	attrTrades    = "t"
 	attrGap       = "gap"
+	// The candle's revision, present only when above 0: an item without
+	// it (rev 0, or written before revisions existed) reads as rev 0.
+	attrRev = "rev"
 	// Present only when the candle has them: taker buy base and quote
 	// volume (exact strings, like v and q), first and last trade id.
 	attrTakerBase  = "tbv"
@@ -59,6 +63,8 @@ type pending struct {
 	c     candle.Candle
 	tr    candle.Trade
 	trade bool
+	rev   uint32 // a candle's revision: the write is conditional on it
+	cond  bool   // a candle: written by a PutItem conditional on rev
 }
 
 func strAttr(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
@@ -127,10 +133,13 @@ func (s *Sink) candleItem(c *candle.Candle) (pending, error) {
 	if c.LastTradeID != "" {
 		item[attrLastID] = strAttr(c.LastTradeID)
 	}
+	if c.Rev > 0 {
+		item[attrRev] = numAttr(int64(c.Rev))
+	}
 	if ttl := s.cfg.ttlFor(c.Timeframe); ttl > 0 && t.TTLAttribute != "" {
 		item[t.TTLAttribute] = numAttr(expiry(c.CloseTime, ttl))
 	}
-	p := pending{key: pk + "\x00" + sk, item: item, c: *c}
+	p := pending{key: pk + "\x00" + sk, item: item, c: *c, rev: c.Rev, cond: true}
 	if n := itemSize(item); n > maxItemBytes {
 		return p, fmt.Errorf("%w: item is %d bytes", ErrItemTooLarge, n)
 	}
@@ -308,6 +317,13 @@ func itemCandle(item map[string]types.AttributeValue) (candle.Candle, error) {
 		Gap:          d.boolean(attrGap),
 		FirstTradeID: d.optStr(attrFirstID),
 		LastTradeID:  d.optStr(attrLastID),
+	}
+	if _, ok := item[attrRev]; ok {
+		rev := d.num(attrRev)
+		if rev < 0 || rev > math.MaxUint32 {
+			d.fail(attrRev, "a revision (0 to 4294967295)")
+		}
+		c.Rev = uint32(rev)
 	}
 	if _, c.Taker = item[attrTakerBase]; c.Taker {
 		c.TakerBuyVolume, c.TakerBuyQuoteVolume = d.sum(attrTakerBase), d.sum(attrTakerQuote)

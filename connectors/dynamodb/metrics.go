@@ -10,6 +10,7 @@ import (
 // metrics of one sink; label table tells sinks apart on a shared registry.
 type metrics struct {
 	written  *prometheus.CounterVec   // table
+	stale    *prometheus.CounterVec   // table
 	retries  *prometheus.CounterVec   // table, reason
 	errors   *prometheus.CounterVec   // table, kind
 	latency  *prometheus.HistogramVec // table, op
@@ -20,7 +21,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		written: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kandle_dynamodb_items_written_total",
-			Help: "Items written to DynamoDB (acknowledged by BatchWriteItem).",
+			Help: "Items written to DynamoDB (acknowledged by BatchWriteItem, or by a candle's conditional PutItem).",
+		}, []string{"table"}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kandle_dynamodb_stale_writes_total",
+			Help: "Candles not written because the table holds a higher revision of them (a refused PutItem condition; not an error, not retried).",
 		}, []string{"table"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kandle_dynamodb_retries_total",
@@ -45,6 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	var err error
 	m.written = register(reg, m.written, &err)
+	m.stale = register(reg, m.stale, &err)
 	m.retries = register(reg, m.retries, &err)
 	m.errors = register(reg, m.errors, &err)
 	m.latency = register(reg, m.latency, &err)
@@ -72,6 +78,7 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *erro
 // zero creates the table's retry and error series at 0, so dashboards and
 // alerts see them before the first retry or error.
 func (m *metrics) zero(table string) {
+	m.stale.WithLabelValues(table)
 	for _, r := range []string{"unprocessed", classThrottled.String(), classTransient.String()} {
 		m.retries.WithLabelValues(table, r)
 	}

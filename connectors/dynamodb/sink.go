@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,7 @@ import (
 // count calls or inject faults.
 type API interface {
 	BatchWriteItem(context.Context, *dynamodb.BatchWriteItemInput, ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+	PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	DescribeTable(context.Context, *dynamodb.DescribeTableInput, ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 	CreateTable(context.Context, *dynamodb.CreateTableInput, ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
@@ -150,6 +152,14 @@ func buildClient(ctx context.Context, cfg Config, o options) (API, error) {
 		}
 		if o.httpCli != nil {
 			opt.HTTPClient = o.httpCli
+		} else if o.awsCfg == nil || o.awsCfg.HTTPClient == nil {
+			// Candles go out as up to max_in_flight × 25 concurrent PutItems:
+			// keep that many connections open (the SDK's default keeps 10
+			// per host and would reconnect, TLS included, for the rest).
+			conns := cfg.MaxInFlight * maxBatch
+			opt.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
+				tr.MaxIdleConns, tr.MaxIdleConnsPerHost = max(tr.MaxIdleConns, conns), max(tr.MaxIdleConnsPerHost, conns)
+			})
 		}
 		// The sink retries itself, forever and with its own backoff; the
 		// SDK's retryer (with its retry quota) would only get in the way.

@@ -68,9 +68,9 @@ func TestCandleHistoryRedelivery(t *testing.T) {
 	}
 }
 
-// TestBatchesDedupeAndLastWriteWins buffers 90 writes of 40 keys (so
-// batches would contain duplicates) and checks every BatchWriteItem call
-// has at most 25 distinct keys and the stored values are the last written.
+// TestBatchesDedupeAndLastWriteWins buffers 90 writes of 40 keys and
+// checks each key is written once (a candle by one conditional PutItem),
+// with the stored values the last written.
 func TestBatchesDedupeAndLastWriteWins(t *testing.T) {
 	ctx := context.Background()
 	dyn := testkit.Dynalite(t)
@@ -86,27 +86,22 @@ func TestBatchesDedupeAndLastWriteWins(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if f.Calls("BatchWriteItem") != 0 {
+	if f.Calls("BatchWriteItem")+f.Calls("PutItem") != 0 {
 		t.Fatalf("Write sent before the buffer was full")
 	}
 	if err := h.sink.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(f.batches); n != 2 {
-		t.Fatalf("%d BatchWriteItem calls for 40 distinct keys, want 2", n)
+	if n := f.Calls("PutItem"); n != 40 || f.Calls("BatchWriteItem") != 0 {
+		t.Fatalf("%d PutItem and %d BatchWriteItem calls for 40 distinct candle keys, want 40 and 0", n, f.Calls("BatchWriteItem"))
 	}
-	for i, b := range f.batches {
-		seen := map[string]bool{}
-		for _, it := range b {
-			k := h.sink.itemKey(it)
-			if seen[k] {
-				t.Fatalf("batch %d names key %q twice", i, k)
-			}
-			seen[k] = true
+	seen := map[string]bool{}
+	for _, it := range f.puts {
+		k := h.sink.itemKey(it)
+		if seen[k] {
+			t.Fatalf("key %q written twice in one flush", k)
 		}
-		if len(b) > 25 {
-			t.Fatalf("batch %d has %d items", i, len(b))
-		}
+		seen[k] = true
 	}
 	// Last write wins: keys 0-9 from v3, 10-19 from v2 (v1[:20] came first),
 	// 20-39 from v1 (written after v2).
@@ -123,8 +118,56 @@ func TestBatchesDedupeAndLastWriteWins(t *testing.T) {
 	}
 }
 
-// TestRetriesThrottlingAndUnprocessed injects throttling errors and
-// partial batches; every item still lands exactly once.
+// TestTradeBatchesDedupe buffers trades (written by BatchWriteItem) with
+// repeated keys: every batch has at most 25 distinct keys, the last write
+// of a key wins.
+func TestTradeBatchesDedupe(t *testing.T) {
+	ctx := context.Background()
+	dyn := testkit.Dynalite(t)
+	cfg := tradeConfig("tdups", dyn.URL())
+	cfg.BufferItems = 1000
+	var f *faultAPI
+	h := newSink(t, cfg, func(a API) API { f = newFaultAPI(a); return f })
+	v1, v2 := genTrades("BTC", 40, 1), genTrades("BTC", 40, 2)
+	for _, batch := range [][]candle.Trade{v1[:20], v2, v1[20:]} {
+		if err := h.sink.WriteTrades(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.batches); n != 2 || f.Calls("PutItem") != 0 {
+		t.Fatalf("%d BatchWriteItem calls and %d PutItem for 40 distinct trade keys, want 2 and 0", n, f.Calls("PutItem"))
+	}
+	for i, b := range f.batches {
+		seen := map[string]bool{}
+		for _, it := range b {
+			k := h.sink.itemKey(it)
+			if seen[k] {
+				t.Fatalf("batch %d names key %q twice", i, k)
+			}
+			seen[k] = true
+		}
+		if len(b) > 25 {
+			t.Fatalf("batch %d has %d items", i, len(b))
+		}
+	}
+	want := append(append([]candle.Trade{}, v2[:20]...), v1[20:]...)
+	items := partitionItems(t, h.raw, "tdups", "pk", "BTC")
+	if len(items) != 40 {
+		t.Fatalf("%d items, want 40", len(items))
+	}
+	for i, it := range items {
+		if got, err := itemTrade(it); err != nil || got != want[i] {
+			t.Fatalf("item %d: %+v (%v), want %+v", i, got, err, want[i])
+		}
+	}
+}
+
+// TestRetriesThrottlingAndUnprocessed injects throttling errors into
+// candle PutItems and partial trade batches; every item still lands
+// exactly once.
 func TestRetriesThrottlingAndUnprocessed(t *testing.T) {
 	ctx := context.Background()
 	dyn := testkit.Dynalite(t)
@@ -133,7 +176,7 @@ func TestRetriesThrottlingAndUnprocessed(t *testing.T) {
 	var f *faultAPI
 	h := newSink(t, cfg, func(a API) API {
 		f = newFaultAPI(a)
-		f.throttle, f.partial = 5, 6
+		f.throttle = 5
 		return f
 	})
 	want := genCandles([]string{"BTC", "ETH"}, []string{"1m"}, 60, 1)
@@ -151,14 +194,42 @@ func TestRetriesThrottlingAndUnprocessed(t *testing.T) {
 	if got := metric(t, h.reg, "kandle_dynamodb_retries_total", "reason", "throttled"); got != 5 {
 		t.Fatalf("throttled retries %v, want 5", got)
 	}
-	if got := metric(t, h.reg, "kandle_dynamodb_retries_total", "reason", "unprocessed"); got < 6 {
-		t.Fatalf("unprocessed retries %v, want >= 6", got)
-	}
 	if got := metric(t, h.reg, "kandle_dynamodb_items_written_total"); got != 120 {
 		t.Fatalf("items written %v, want 120", got)
 	}
-	if f.maxFlight > 2 || f.maxFlight < 1 {
-		t.Fatalf("%d BatchWriteItem calls in flight at once, max_in_flight is 2", f.maxFlight)
+	if f.maxFlight > 2*25 || f.maxFlight < 1 {
+		t.Fatalf("%d PutItem calls in flight at once, max_in_flight 2 allows 2 batches' worth (50)", f.maxFlight)
+	}
+
+	tcfg := tradeConfig("tretries", dyn.URL())
+	tcfg.MaxInFlight = 2
+	var tf *faultAPI
+	th := newSink(t, tcfg, func(a API) API {
+		tf = newFaultAPI(a)
+		tf.throttle, tf.partial = 5, 6
+		return tf
+	})
+	trades := genTrades("BTC", 120, 1)
+	if err := th.sink.WriteTrades(ctx, trades); err != nil {
+		t.Fatal(err)
+	}
+	if err := th.sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(partitionItems(t, th.raw, "tretries", "pk", "BTC")); n != 120 {
+		t.Fatalf("trades: %d items, want 120", n)
+	}
+	if got := metric(t, th.reg, "kandle_dynamodb_retries_total", "reason", "throttled"); got != 5 {
+		t.Fatalf("trades: throttled retries %v, want 5", got)
+	}
+	if got := metric(t, th.reg, "kandle_dynamodb_retries_total", "reason", "unprocessed"); got < 6 {
+		t.Fatalf("trades: unprocessed retries %v, want >= 6", got)
+	}
+	if got := metric(t, th.reg, "kandle_dynamodb_items_written_total"); got != 120 {
+		t.Fatalf("trades: items written %v, want 120", got)
+	}
+	if tf.maxFlight > 2 || tf.maxFlight < 1 {
+		t.Fatalf("%d BatchWriteItem calls in flight at once, max_in_flight is 2", tf.maxFlight)
 	}
 }
 

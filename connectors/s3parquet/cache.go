@@ -109,22 +109,22 @@ func reportPutVersion(ctx context.Context, version string) {
 }
 
 // overlay returns rows (sorted by open_time) with cs laid over them by
-// open_time, newest write winning, and whether that changed anything.
+// open_time, newest write winning unless it is an older revision (see
+// replaces; stale counts those), and whether that changed anything.
 // rows must be a taken cache entry's: when every new candle comes after
 // the last row (a stream going forward, the common case), the result is
 // rows with them appended, sharing rows' array (nothing else holds it
 // once the entry is taken, and the rows before len(rows) stay as they are).
-func overlay(rows []candle.Candle, byOpen map[int64]candle.Candle) ([]candle.Candle, bool) {
+func overlay(rows []candle.Candle, byOpen map[int64]candle.Candle) (out []candle.Candle, changed bool, stale int) {
 	add := make([]candle.Candle, 0, len(byOpen))
 	for _, c := range byOpen {
 		add = append(add, c)
 	}
 	sortByOpen(add)
 	if len(add) > 0 && (len(rows) == 0 || add[0].OpenTime > rows[len(rows)-1].OpenTime) {
-		return append(rows, add...), true
+		return append(rows, add...), true, 0
 	}
-	out := make([]candle.Candle, 0, len(rows)+len(add))
-	changed := false
+	out = make([]candle.Candle, 0, len(rows)+len(add))
 	i := 0
 	for j := range add {
 		for i < len(rows) && rows[i].OpenTime < add[j].OpenTime {
@@ -136,11 +136,16 @@ func overlay(rows []candle.Candle, byOpen map[int64]candle.Candle) ([]candle.Can
 			out = append(out, rows[i]) // a redelivery: keep the row as written
 			i++
 			continue
+		case i < len(rows) && rows[i].OpenTime == add[j].OpenTime && !replaces(&add[j], &rows[i]):
+			out = append(out, rows[i]) // an older revision: keep the newer one
+			i++
+			stale++
+			continue
 		case i < len(rows) && rows[i].OpenTime == add[j].OpenTime:
 			i++ // replaced by the newer write
 		}
 		changed = true
 		out = append(out, add[j])
 	}
-	return append(out, rows[i:]...), changed
+	return append(out, rows[i:]...), changed, stale
 }

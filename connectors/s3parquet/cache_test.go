@@ -226,8 +226,8 @@ func TestOverlay(t *testing.T) {
 		{"redelivery", byOpen(all[2], all[5]), all[:6], false},
 		{"before", byOpen(all[9], all[0]), append(slices.Clone(all[:6]), all[9]), true},
 	} {
-		got, changed := overlay(rows[:6], tc.add)
-		if changed != tc.changed || len(got) != len(tc.want) {
+		got, changed, stale := overlay(rows[:6], tc.add)
+		if changed != tc.changed || len(got) != len(tc.want) || stale != 0 {
 			t.Fatalf("%s: %d rows, changed %v; want %d, %v", tc.name, len(got), changed, len(tc.want), tc.changed)
 		}
 		for i := range got {

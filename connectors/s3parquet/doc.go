@@ -16,8 +16,9 @@
 // crash, a rebalance or a replay). Each (timeframe, symbol, day) therefore
 // has exactly one object with a fixed name, and a flush upserts into it:
 // it reads the existing object (if any), merges the buffered candles into it
-// keyed by open_time (the newest write wins), sorts by open_time and
-// rewrites the whole object. Any redelivery or replay converges to the same
+// keyed by open_time (the newest write wins, unless it is an older
+// revision: see Revisions), sorts by open_time and rewrites the whole
+// object. Any redelivery or replay converges to the same
 // bytes, whatever the flush timing. The price is a rewrite of the day's
 // object per flush: a flush costs one PUT per touched partition, plus one
 // GET unless this sink wrote the object last (see the write cache below),
@@ -27,6 +28,18 @@
 // On S3 the credentials need s3:GetObject, s3:PutObject and s3:ListBucket
 // on the bucket: without ListBucket, S3 answers a missing object with 403
 // instead of 404, which the sink must treat as a permanent error.
+//
+// # Revisions
+//
+// A closed window may be emitted again with a higher rev (a late trade, a
+// cancel or a correction inside the processor's revision horizon). An
+// object holds one row per window: the one with the highest rev. A candle
+// whose rev is below the one already buffered or stored for its window (an
+// older revision redelivered, or arriving late) is not written and is
+// counted in kandle_s3parquet_stale_revisions_total; it is not an error. An
+// equal rev replaces the row (a redelivery writes the same bytes). This
+// holds in each place the sink merges: its buffer, its own last write
+// (the write cache) and an object it reads.
 //
 // # One writer per object
 //
@@ -87,6 +100,11 @@
 //	volume, quote_volume       STRING (exact decimal text)
 //	trades                     INT64
 //	gap                        BOOLEAN
+//	taker_buy_base_volume,     STRING (exact decimal text, "" when the
+//	taker_buy_quote_volume     source has no side)
+//	first_trade_id,            STRING ("" when the candle has none)
+//	last_trade_id
+//	rev                        INT64 (the candle's revision, 0 for the first final)
 //
 // Prices are package decimal's 128-bit unscaled value (×10^18) as 16 bytes
 // of big-endian two's complement. Scale 18 is decimal's own, so reading a
@@ -108,7 +126,10 @@
 // as plain decimal text ("515399.785058469582700587000000000000000001").
 // Read them as text, or CAST them to a DECIMAL or DOUBLE when approximate
 // values are enough. Files written before this layout (volumes as
-// DECIMAL(38,18)) are still read (see Decode).
+// DECIMAL(38,18)) are still read (see Decode), and so are files written
+// before taker volumes and trade ids, or before rev (their candles read as
+// rev 0). A query over a lake mixing files with and without rev needs
+// union_by_name = true in DuckDB (a missing rev is NULL: read it as 0).
 //
 // # Flushing
 //

@@ -205,8 +205,8 @@ func TestDuckDB(t *testing.T) {
 			t.Errorf("parquet_schema %s = %v, want INT64 TIMESTAMP(MILLIS, UTC)", col, m)
 		}
 	}
-	if len(schema) != 16 {
-		t.Errorf("parquet_schema has %d leaf columns, want 16: %v", len(schema), byKind["s"])
+	if len(schema) != 17 {
+		t.Errorf("parquet_schema has %d leaf columns, want 17: %v", len(schema), byKind["s"])
 	}
 
 	// The whole lake as a Hive dataset: symbols come back unescaped

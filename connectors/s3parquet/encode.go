@@ -92,13 +92,16 @@ const (
 	colTakerQuote
 	colFirstID
 	colLastID
+	// The candle's revision (0 for the first final), added after the text
+	// columns; files without it hold rev 0 only.
+	colRev
 	numColumns
 )
 
 // columnNames are the Parquet names of the columns, in schema order.
 var columnNames = [numColumns]string{"symbol", "timeframe", "open_time", "close_time",
 	"open", "high", "low", "close", "volume", "quote_volume", "trades", "gap",
-	"taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id"}
+	"taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id", "rev"}
 
 // chunkMeta is what the footer says about one column chunk.
 type chunkMeta struct {
@@ -189,7 +192,7 @@ func (w *fileWriter) chunk(col int, rs []candle.Candle) (chunkMeta, error) {
 	switch col {
 	case colSymbol, colTimeframe:
 		w.dictChunk(&m, col, rs)
-	case colOpenTime, colCloseTime, colTrades:
+	case colOpenTime, colCloseTime, colTrades, colRev:
 		lo, hi := int64At(col, &rs[0]), int64At(col, &rs[0])
 		for start := 0; start < len(rs); start += pageBytes / 8 {
 			page := rs[start:min(start+pageBytes/8, len(rs))]
@@ -462,7 +465,7 @@ func physicalType(col int) int32 {
 	switch col {
 	case colSymbol, colTimeframe, colVolume, colQuoteVolume, colTakerBase, colTakerQuote, colFirstID, colLastID:
 		return typeByteArray
-	case colOpenTime, colCloseTime, colTrades:
+	case colOpenTime, colCloseTime, colTrades, colRev:
 		return typeInt64
 	case colOpen, colHigh, colLow, colClose:
 		return typeFLBA
@@ -507,7 +510,7 @@ func schemaElement(h *thriftWriter, col int) {
 		h.i32(2, 38)
 		h.end()
 		h.end()
-	case colTrades:
+	case colTrades, colRev:
 		h.i32(6, convInt64)
 		h.begin(10)
 		h.begin(10) // INTEGER
@@ -524,6 +527,8 @@ func int64At(col int, c *candle.Candle) int64 {
 		return c.OpenTime
 	case colCloseTime:
 		return c.CloseTime
+	case colRev:
+		return int64(c.Rev)
 	default:
 		return c.Trades
 	}

@@ -148,9 +148,9 @@ func BenchmarkEncode(b *testing.B) {
 				rs := make([]row, len(cs))
 				for i := range cs {
 					c := &cs[i]
-					rs[i] = row{rowV2: rowV2{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
+					rs[i] = row{rowV3: rowV3{rowV2: rowV2{Symbol: c.Symbol, Timeframe: c.Timeframe, OpenTime: c.OpenTime, CloseTime: c.CloseTime,
 						Open: enc128(c.Open), High: enc128(c.High), Low: enc128(c.Low), Close: enc128(c.Close),
-						Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap}}
+						Volume: c.Volume.String(), QuoteVolume: c.QuoteVolume.String(), Trades: c.Trades, Gap: c.Gap}}}
 				}
 				if _, err := w.Write(rs); err != nil {
 					b.Fatal(err)

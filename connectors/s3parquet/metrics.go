@@ -16,6 +16,7 @@ type metrics struct {
 	conflicts     prometheus.Counter   // conditional writes refused: the object changed since it was read
 	cacheHits     prometheus.Counter   // object writes based on the sink's own last write, without a read
 	createRefused prometheus.Counter   // create-only writes refused because the object existed
+	staleRevs     prometheus.Counter   // candles not stored: the buffer or object holds a higher rev of the window
 	latency       prometheus.Histogram // one partition's read-merge-write
 	flushes       prometheus.Histogram // one whole flush
 }
@@ -40,6 +41,8 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 		createRefused: counter("create_refused_total", "Create-only writes (If-None-Match: *) of an object the write cache did not hold, "+
 			"refused because the object already existed (written before a restart, dropped from the cache, or by another writer); "+
 			"the sink then read, merged and wrote it. Not counted in write_conflicts_total."),
+		staleRevs: counter("stale_revisions_total", "Candles not stored because the buffer or the object already holds a higher rev "+
+			"of their window (an older revision delivered late or again); not an error."),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "object_write_seconds",
 			Help: "Time to read, merge and write one partition object, retries included.", ConstLabels: labels, Buckets: buckets}),
 		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "kandle", Subsystem: "s3parquet", Name: "flush_seconds",
@@ -48,7 +51,7 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.conflicts, m.cacheHits, m.createRefused, m.latency, m.flushes} {
+	for _, c := range []prometheus.Collector{m.candles, m.objects, m.bytes, m.rejected, m.retries, m.errors, m.conflicts, m.cacheHits, m.createRefused, m.staleRevs, m.latency, m.flushes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics (give each sink its own WithName): %w", err)
 		}

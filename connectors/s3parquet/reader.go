@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -279,10 +280,11 @@ const readBuffer = 1 << 20
 
 // columns a candle is built from, by their Parquet names.
 var candleColumns = []string{"open_time", "close_time", "open", "high", "low", "close", "volume", "quote_volume", "trades", "gap",
-	"taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id"}
+	"taker_buy_base_volume", "taker_buy_quote_volume", "first_trade_id", "last_trade_id", "rev"}
 
 // firstOptionalColumn is the first of candleColumns that files written
-// before taker volumes and trade ids lack.
+// before taker volumes and trade ids lack (files written before revisions
+// lack rev, the last: their candles are rev 0).
 const firstOptionalColumn = 10
 
 // readPartition returns the candles of one partition object with open_time
@@ -362,6 +364,12 @@ func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partiti
 					c.FirstTradeID = string(v.ByteArray())
 				case 13:
 					c.LastTradeID = string(v.ByteArray())
+				case 14:
+					if r := v.Int64(); r < 0 || r > math.MaxUint32 {
+						badSum = fmt.Errorf("rev %d", r)
+					} else {
+						c.Rev = uint32(r)
+					}
 				}
 			})
 			if err == nil && badSum != nil {

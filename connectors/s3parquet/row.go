@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -13,9 +14,17 @@ import (
 )
 
 // row is one candle as a Parquet row (see the package doc for the types):
-// the columns of rowV2, then four more, "" when the candle has none (a
-// source without a side, a gap candle's ids).
+// the columns of rowV3, then the candle's rev.
 type row struct {
+	rowV3
+	Rev int64 `parquet:"rev"`
+}
+
+// rowV3 is the layout of files written before revisions (row's first
+// sixteen columns; every candle rev 0): the columns of rowV2, then four
+// more, "" when the candle has none (a source without a side, a gap
+// candle's ids). Decode still reads them.
+type rowV3 struct {
 	rowV2
 	TakerBuyBase  string `parquet:"taker_buy_base_volume"`
 	TakerBuyQuote string `parquet:"taker_buy_quote_volume"`
@@ -71,6 +80,18 @@ func dec128(b [16]byte) decimal.Decimal {
 }
 
 func fromRow(r *row) (candle.Candle, error) {
+	c, err := fromRowV3(&r.rowV3)
+	if err != nil {
+		return c, err
+	}
+	if r.Rev < 0 || r.Rev > math.MaxUint32 {
+		return candle.Candle{}, fmt.Errorf("%w: rev %d", errCorrupt, r.Rev)
+	}
+	c.Rev = uint32(r.Rev)
+	return c, nil
+}
+
+func fromRowV3(r *rowV3) (candle.Candle, error) {
 	c, err := fromRowV2(&r.rowV2)
 	if err != nil {
 		return c, err
@@ -145,6 +166,9 @@ func Decode(data []byte) ([]candle.Candle, error) {
 	}
 	if _, ok := f.Schema().Lookup("taker_buy_base_volume"); !ok {
 		return decodeRows(data, fromRowV2)
+	}
+	if _, ok := f.Schema().Lookup("rev"); !ok {
+		return decodeRows(data, fromRowV3)
 	}
 	return decodeRows(data, fromRow)
 }

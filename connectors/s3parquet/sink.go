@@ -47,7 +47,7 @@ type partKey struct {
 }
 
 type part struct {
-	byOpen map[int64]candle.Candle // open_time → newest write
+	byOpen map[int64]candle.Candle // open_time → highest rev, newest write among equals
 	bytes  int
 }
 
@@ -118,11 +118,14 @@ func (s *Sink) Write(ctx context.Context, cs []candle.Candle) error {
 			p = &part{byOpen: map[int64]candle.Candle{}}
 			s.buf[k] = p
 		}
-		if _, ok := p.byOpen[c.OpenTime]; !ok {
+		if prev, ok := p.byOpen[c.OpenTime]; !ok {
 			n := candleBytes(c)
 			p.bytes += n
 			s.bytes += n
 			s.rows++
+		} else if !replaces(c, &prev) {
+			s.m.staleRevs.Inc()
+			continue
 		}
 		p.byOpen[c.OpenTime] = *c
 		if s.oldest.IsZero() {
@@ -357,7 +360,7 @@ func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
 // p changes nothing in e: a redelivery is checked against the object
 // itself, as without the cache.
 func (s *Sink) writeCached(ctx context.Context, key string, p *part, e *cached) (done bool, err error) {
-	cs, changed := overlay(e.rows, p.byOpen)
+	cs, changed, stale := overlay(e.rows, p.byOpen)
 	if !changed {
 		return false, nil
 	}
@@ -375,6 +378,7 @@ func (s *Sink) writeCached(ctx context.Context, key string, p *part, e *cached) 
 	s.cache.store(key, version, cs)
 	s.m.objects.Inc()
 	s.m.bytes.Add(float64(len(data)))
+	s.m.staleRevs.Add(float64(stale))
 	return true, nil
 }
 
@@ -428,7 +432,12 @@ func (s *Sink) merge(ctx context.Context, key string, p *part) error {
 			merged[c.OpenTime] = c
 		}
 	}
+	stale := 0 // counted once the object is written
 	for t, c := range p.byOpen {
+		if prev, ok := merged[t]; ok && !replaces(&c, &prev) {
+			stale++
+			continue
+		}
 		merged[t] = c
 	}
 	cs := make([]candle.Candle, 0, len(merged))
@@ -442,6 +451,7 @@ func (s *Sink) merge(ctx context.Context, key string, p *part) error {
 	}
 	if found && string(data) == string(old) {
 		s.cache.store(key, version, cs)
+		s.m.staleRevs.Add(float64(stale))
 		return nil // a pure redelivery: the object already says this
 	}
 	var written string
@@ -449,10 +459,16 @@ func (s *Sink) merge(ctx context.Context, key string, p *part) error {
 		return err
 	}
 	s.cache.store(key, written, cs)
+	s.m.staleRevs.Add(float64(stale))
 	s.m.objects.Inc()
 	s.m.bytes.Add(float64(len(data)))
 	return nil
 }
+
+// replaces reports whether c takes the place of old, a candle of the same
+// window: unless it is an older revision (a lower rev). An equal rev is a
+// newer write of the same revision, or a redelivery.
+func replaces(c, old *candle.Candle) bool { return c.Rev >= old.Rev }
 
 func sortByOpen(cs []candle.Candle) {
 	slices.SortFunc(cs, func(a, b candle.Candle) int { return cmp.Compare(a.OpenTime, b.OpenTime) })

@@ -14,9 +14,13 @@
 //
 // Keys and channels (all prefixed by Config.KeyPrefix):
 //
-//	candle:active:{tf}:{symbol}  hash  o h l c v q t open_time close_time
+//	candle:active:{tf}:{symbol}  hash  o h l c v q t open_time close_time rev
+//	candle:rev:{tf}:{symbol}:{open_time}  string  the newest rev above 0 stored
+//	                             for that window (kept 24 h after it was set, or
+//	                             the hash's expiry when longer)
 //	active:symbols               set   every symbol that had an active candle
-//	pub:candle:{tf}:{symbol}     channel  candle JSON plus "final":true|false
+//	pub:candle:{tf}:{symbol}     channel  candle JSON (with "rev" when above 0)
+//	                             plus "final":true|false
 //	device:status:{device}       hash  a device's latest silence event: status level action
 //	                                   last_seen due_at fired_at recovered_at event (the JSON)
 //	pub:device:{device}          channel  every silence event of the device (WriteEvents)
@@ -40,6 +44,18 @@
 // finals of a key are in one chunk, in the order written, and keeps up to
 // four chunks in flight: chunks that run at the same time share no key, so
 // a key's finals are published in order whichever chunk Valkey runs first.
+//
+// Revisions. A closed window may be emitted again with a higher rev (a late
+// trade, a cancel or a correction inside the processor's revision horizon).
+// Per window, what Valkey stores and publishes only goes up in rev: the
+// finals script knows a window's newest rev from the hash (when it still
+// holds that window) or from the window's revision guard key (set by every
+// stored rev above 0), and a final whose rev is below it is neither stored
+// nor published (counted in stale_revisions_total; not an error). An equal
+// rev is stored and published again, so a redelivery stays harmless. A
+// revision of an older window than the hash holds is published (with its
+// rev and "final":true) but leaves the hash on the newer window. A hash
+// written before revisions existed has no rev field and reads as rev 0.
 //
 // Live before final. Before each attempt to store finals, the sink orders
 // its own live path of their keys: a pending live update of a final's

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -23,50 +24,72 @@ const (
 )
 
 // finalArgs is the number of ARGV entries per candle of finalScript.
-const finalArgs = 17
+const finalArgs = 19
+
+// revGuardTTL is how long at least (the hash's expiry when longer) a
+// window's revision guard (names.revision) lives after its last revision
+// was stored: an older revision of the window redelivered within it is
+// refused even when the hash has moved on.
+const revGuardTTL = 24 * time.Hour
 
 // finalScript stores a chunk of final candles with a compare-and-set, in
 // order, atomically (Valkey runs a script as one command):
 //
-//	KEYS[1]    the active:symbols set
-//	KEYS[1+i]  the hash of candle i
-//	ARGV       per candle: open_time close_time o h l c v q t ttl_ms
-//	           channel message symbol tb tq fid lid (see finalArgsOf)
+//	KEYS[1]      the active:symbols set
+//	KEYS[2i]     the hash of candle i
+//	KEYS[2i+1]   the revision guard of candle i's window
+//	ARGV         per candle: open_time close_time o h l c v q t ttl_ms
+//	             channel message symbol tb tq fid lid rev guard_ttl_ms
+//	             (see finalArgsOf)
 //
-// A hash whose stored open_time is newer than the candle's keeps its value
-// (the candle is counted stale); otherwise it gets the candle's fields and
-// expiry. Every candle is published. A key that holds another type fails
-// only its own candle (not published, its position returned). It returns
-// {stale, symbols set ok (1/0), positions of wrong-type keys...}.
+// A candle whose rev is below the newest known rev of its window (the
+// hash's rev when it holds that window, else the window's guard) is stale:
+// neither stored nor published, counted in stale_revs. Otherwise a hash
+// whose stored open_time is newer than the candle's keeps its value (the
+// candle is counted stale); else it gets the candle's fields and expiry. A
+// candle with rev > 0 sets its window's guard. Every candle that is not a
+// stale rev is published. A key that holds another type fails only its
+// own candle (not published, its position returned). It returns {stale,
+// symbols set ok (1/0), stale revs, positions of wrong-type keys...}.
 //
 // open_time is compared as a Lua number (a double): exact for millisecond
 // times below 2^53 (the year 287,396).
 const finalScript = `
-local stale, symsOK, bad, syms = 0, 1, {}, {}
-for i = 1, #KEYS - 1 do
-  local k, a = KEYS[i + 1], (i - 1) * 17
-  local cur = redis.pcall('HGET', k, 'open_time')
-  if type(cur) == 'table' and cur.err then
+local stale, symsOK, staleRevs, bad, syms = 0, 1, 0, {}, {}
+for i = 1, (#KEYS - 1) / 2 do
+  local k, g, a = KEYS[2 * i], KEYS[2 * i + 1], (i - 1) * 19
+  local cur = redis.pcall('HMGET', k, 'open_time', 'rev')
+  if cur.err then
     bad[#bad + 1] = i
   else
-    local stored = cur and tonumber(cur)
-    if not stored or stored <= tonumber(ARGV[a + 1]) then
-      redis.call('HSET', k, 'o', ARGV[a + 3], 'h', ARGV[a + 4], 'l', ARGV[a + 5], 'c', ARGV[a + 6],
-        'v', ARGV[a + 7], 'q', ARGV[a + 8], 't', ARGV[a + 9], 'open_time', ARGV[a + 1], 'close_time', ARGV[a + 2],
-        'tb', ARGV[a + 14], 'tq', ARGV[a + 15], 'fid', ARGV[a + 16], 'lid', ARGV[a + 17])
-      redis.call('PEXPIRE', k, ARGV[a + 10])
+    local open, rev = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 18])
+    local stored = cur[1] and tonumber(cur[1])
+    local known = tonumber(redis.call('GET', g) or '0') or 0
+    if stored == open then known = math.max(known, tonumber(cur[2] or '0') or 0) end
+    if rev < known then
+      staleRevs = staleRevs + 1
     else
-      stale = stale + 1
+      if not stored or stored <= open then
+        redis.call('HSET', k, 'o', ARGV[a + 3], 'h', ARGV[a + 4], 'l', ARGV[a + 5], 'c', ARGV[a + 6],
+          'v', ARGV[a + 7], 'q', ARGV[a + 8], 't', ARGV[a + 9], 'open_time', ARGV[a + 1], 'close_time', ARGV[a + 2],
+          'tb', ARGV[a + 14], 'tq', ARGV[a + 15], 'fid', ARGV[a + 16], 'lid', ARGV[a + 17], 'rev', ARGV[a + 18])
+        redis.call('PEXPIRE', k, ARGV[a + 10])
+      else
+        stale = stale + 1
+      end
+      if rev > 0 then
+        redis.call('SET', g, ARGV[a + 18], 'PX', ARGV[a + 19])
+      end
+      redis.call('PUBLISH', ARGV[a + 11], ARGV[a + 12])
+      syms[#syms + 1] = ARGV[a + 13]
     end
-    redis.call('PUBLISH', ARGV[a + 11], ARGV[a + 12])
-    syms[#syms + 1] = ARGV[a + 13]
   end
 end
 for i = 1, #syms, 1000 do -- unpack takes at most ~8000 values
   local r = redis.pcall('SADD', KEYS[1], unpack(syms, i, math.min(i + 999, #syms)))
   if type(r) == 'table' and r.err then symsOK = 0 end
 end
-local out = {stale, symsOK}
+local out = {stale, symsOK, staleRevs}
 for _, i in ipairs(bad) do out[#out + 1] = i end
 return out
 `
@@ -77,7 +100,8 @@ func finalArgsOf(args []string, c *candle.Candle, ttlMs int64, channel string, m
 	return append(args, strconv.FormatInt(c.OpenTime, 10), strconv.FormatInt(c.CloseTime, 10),
 		c.Open.String(), c.High.String(), c.Low.String(), c.Close.String(),
 		c.Volume.String(), c.QuoteVolume.String(), strconv.FormatInt(c.Trades, 10),
-		strconv.FormatInt(ttlMs, 10), channel, string(msg), c.Symbol, tb, tq, fid, lid)
+		strconv.FormatInt(ttlMs, 10), channel, string(msg), c.Symbol, tb, tq, fid, lid,
+		strconv.FormatUint(uint64(c.Rev), 10), strconv.FormatInt(max(ttlMs, revGuardTTL.Milliseconds()), 10))
 }
 
 var finalScriptSHA = func() string {
@@ -92,6 +116,7 @@ type finalChunk struct {
 	keys   []string
 	args   []string
 	stale  int
+	revs   int   // stale revisions: neither stored nor published
 	bad    []int // positions in at of wrong-type keys
 	symsOK bool
 	err    error
@@ -142,8 +167,9 @@ func (s *Sink) flushFinals(ctx context.Context) error {
 			if !ch.symsOK {
 				s.log.Warn("valkey: the symbols set holds another type; remove or rename that key", "key", s.names.symbols())
 			}
-			s.m.written.WithLabelValues(kindFinal).Add(float64(len(ch.at) - len(ch.bad)))
+			s.m.written.WithLabelValues(kindFinal).Add(float64(len(ch.at) - len(ch.bad) - ch.revs))
 			s.m.stale.Add(float64(ch.stale))
+			s.m.staleRevs.Add(float64(ch.revs))
 		}
 		if chunks != nil { // else nothing was sent: all stay buffered
 			n := 0
@@ -222,12 +248,12 @@ func (s *Sink) sendFinals(ctx context.Context, chunks []*finalChunk) {
 // one, EVAL with the script's text, only if the server does not know the
 // script yet) and fills in ch's result. msg is a reusable buffer.
 func (s *Sink) storeFinals(ctx context.Context, ch *finalChunk, msg []byte) []byte {
-	ch.keys = append(make([]string, 0, 1+len(ch.at)), s.names.symbols())
+	ch.keys = append(make([]string, 0, 1+2*len(ch.at)), s.names.symbols())
 	ch.args = make([]string, 0, finalArgs*len(ch.at))
 	for _, i := range ch.at {
 		c := &s.buf[i]
 		msg = message(msg, c, true)
-		ch.keys = append(ch.keys, s.names.hash(c.Timeframe, c.Symbol))
+		ch.keys = append(ch.keys, s.names.hash(c.Timeframe, c.Symbol), s.names.revision(c))
 		ch.args = finalArgsOf(ch.args, c, ttl(s.ttlMs, c), s.names.channel(c.Timeframe, c.Symbol), msg)
 	}
 	var reply []valkey.ValkeyMessage
@@ -250,10 +276,11 @@ func (s *Sink) storeFinals(ctx context.Context, ch *finalChunk, msg []byte) []by
 	return msg
 }
 
-// parse reads finalScript's reply {stale, symbols ok, bad positions...}.
+// parse reads finalScript's reply {stale, symbols ok, stale revs, bad
+// positions...}.
 func (ch *finalChunk) parse(reply []valkey.ValkeyMessage) error {
-	if len(reply) < 2 {
-		return fmt.Errorf("script replied %d values, want at least 2", len(reply))
+	if len(reply) < 3 {
+		return fmt.Errorf("script replied %d values, want at least 3", len(reply))
 	}
 	ints := make([]int64, len(reply))
 	for i := range reply {
@@ -263,8 +290,8 @@ func (ch *finalChunk) parse(reply []valkey.ValkeyMessage) error {
 		}
 		ints[i] = v
 	}
-	ch.stale, ch.symsOK, ch.bad = int(ints[0]), ints[1] == 1, ch.bad[:0]
-	for _, p := range ints[2:] {
+	ch.stale, ch.symsOK, ch.revs, ch.bad = int(ints[0]), ints[1] == 1, int(ints[2]), ch.bad[:0]
+	for _, p := range ints[3:] {
 		if p < 1 || int(p) > len(ch.at) {
 			return fmt.Errorf("script reply: position %d out of range", p)
 		}

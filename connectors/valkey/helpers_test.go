@@ -135,6 +135,7 @@ func wantHash(t testing.TB, got map[string]string, c candle.Candle) {
 		"v": c.Volume.String(), "q": c.QuoteVolume.String(), "t": fmt.Sprint(c.Trades),
 		"open_time": fmt.Sprint(c.OpenTime), "close_time": fmt.Sprint(c.CloseTime)}
 	want["tb"], want["tq"], want["fid"], want["lid"] = tradeFields(&c)
+	want["rev"] = fmt.Sprint(c.Rev)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("hash\n got %v\nwant %v", got, want)
 	}

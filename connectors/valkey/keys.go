@@ -14,6 +14,13 @@ func (n names) hash(tf, sym string) string    { return n.prefix + "candle:active
 func (n names) channel(tf, sym string) string { return n.prefix + "pub:candle:" + tf + ":" + sym }
 func (n names) symbols() string               { return n.prefix + "active:symbols" }
 
+// revision is the key of a window's revision guard: the newest rev above 0
+// stored for the window (a string), kept revGuardTTL (or the hash's expiry,
+// when longer) after it was set.
+func (n names) revision(c *candle.Candle) string {
+	return n.prefix + "candle:rev:" + c.Timeframe + ":" + c.Symbol + ":" + strconv.FormatInt(c.OpenTime, 10)
+}
+
 // key identifies one live candle.
 type key struct{ tf, sym string }
 
@@ -40,7 +47,7 @@ func message(buf []byte, c *candle.Candle, final bool) []byte {
 }
 
 // hset builds HSET of the hash fields o h l c v q t open_time close_time
-// tb tq fid lid (see tradeFields).
+// tb tq fid lid (see tradeFields) rev.
 func hset(b valkey.Builder, k string, c *candle.Candle) valkey.Completed {
 	tb, tq, fid, lid := tradeFields(c)
 	return b.Hset().Key(k).FieldValue().
@@ -54,6 +61,7 @@ func hset(b valkey.Builder, k string, c *candle.Candle) valkey.Completed {
 		FieldValue("open_time", strconv.FormatInt(c.OpenTime, 10)).
 		FieldValue("close_time", strconv.FormatInt(c.CloseTime, 10)).
 		FieldValue("tb", tb).FieldValue("tq", tq).FieldValue("fid", fid).FieldValue("lid", lid).
+		FieldValue("rev", strconv.FormatUint(uint64(c.Rev), 10)).
 		Build()
 }
 

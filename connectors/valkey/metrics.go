@@ -21,6 +21,7 @@ type metrics struct {
 	dropped    prometheus.Counter // active updates that did not reach Valkey
 	coalesced  prometheus.Counter // active updates superseded before sending
 	stale      prometheus.Counter // candles published but not stored: the hash held a newer window
+	staleRevs  prometheus.Counter // finals neither stored nor published: a newer rev of the window is known
 	rejected   prometheus.Counter // finals returned as permanent failures
 
 	activeRejected prometheus.Counter // active updates refused for good (WRONGTYPE)
@@ -46,6 +47,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "active_coalesced_total", Help: "Active candle updates replaced by a newer one before being sent."}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "stale_skipped_total", Help: "Candles published but not stored because the hash held a newer window."}),
+		staleRevs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "stale_revisions_total", Help: "Final candles neither stored nor published because Valkey knows a higher rev of their window."}),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "rejected_total", Help: "Final candles rejected permanently (returned for dead-lettering)."}),
 		activeRejected: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -55,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		reg = prometheus.NewRegistry()
 	}
 	for _, c := range []prometheus.Collector{m.written, m.retries, m.errors, m.latency, m.roundTrips,
-		m.dropped, m.coalesced, m.stale, m.rejected, m.activeRejected} {
+		m.dropped, m.coalesced, m.stale, m.staleRevs, m.rejected, m.activeRejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("valkey: register metrics (use one Registerer per sink or wrap it with prometheus.WrapRegistererWith): %w", err)
 		}

@@ -121,6 +121,14 @@ func hashCandle(symbol, tf string, m map[string]string) (candle.Candle, error) {
 		}
 	}
 	c.FirstTradeID, c.LastTradeID = m["fid"], m["lid"]
+	// rev: absent from a hash written before revisions existed (rev 0).
+	if r := m["rev"]; r != "" {
+		rev, err := strconv.ParseUint(r, 10, 32)
+		if err != nil {
+			return c, fmt.Errorf("field rev %q: %w", r, err)
+		}
+		c.Rev = uint32(rev)
+	}
 	// A hash has no gap field: a window without trades is a gap candle.
 	c.Gap = c.Trades == 0
 	return c, nil

@@ -32,12 +32,15 @@ func Registry() topology.Registry {
 	return topology.Registry{Sinks: map[string]topology.SinkKind{
 		"dynamodb": {Name: "dynamodb",
 			Doc: "Upserts candles (or, fed from a source, raw trades/readings) into a DynamoDB table with key templates; " +
-				"BatchWriteItem with retries of unprocessed items; tables, TTL and indexes provisioned by `kandle tables apply`.",
+				"BatchWriteItem with retries of unprocessed items; tables, TTL and indexes provisioned by `kandle tables apply`. " +
+				"A candle is written by a PutItem conditional on its rev (attribute rev, absent at 0): a table never goes back to an older " +
+				"revision of a window (kandle_dynamodb_stale_writes_total counts the refused ones; the role needs dynamodb:PutItem).",
 			New:      func() any { return &dynamodb.Config{} },
 			Validate: func(c any) []string { return c.(*dynamodb.Config).Validate() }},
 		"s3parquet": {Name: "s3parquet",
 			Doc: "Writes candles as zstd Parquet files in Hive-style partitions (timeframe/symbol/year/month/day), one " +
-				"deterministically named object per day that flushes upsert into, so replays overwrite instead of duplicating.",
+				"deterministically named object per day that flushes upsert into, so replays overwrite instead of duplicating. " +
+				"An object holds one row per window, the highest rev (column rev; files without it read as rev 0).",
 			New:      func() any { return &s3parquet.Config{} },
 			Validate: func(c any) []string { return c.(*s3parquet.Config).Validate() }},
 		"kinesis": {Name: "kinesis",
@@ -46,7 +49,9 @@ func Registry() topology.Registry {
 			New: func() any { return &kinesis.Config{} }},
 		"valkey": {Name: "valkey",
 			Doc: "Live charts: the open candle of each key as hash candle:active:{tf}:{symbol}, published on " +
-				"pub:candle:{tf}:{symbol} (coalesced, pipelined), and final candles published when they close.",
+				"pub:candle:{tf}:{symbol} (coalesced, pipelined), and final candles published when they close. " +
+				"A final is stored and published only if its rev is not below the newest Valkey knows of its window (compare-and-set), " +
+				"with \"rev\" and \"final\" in the message.",
 			New:      func() any { return &valkey.Config{} },
 			Validate: func(c any) []string { return c.(*valkey.Config).Validate() }},
 	}}

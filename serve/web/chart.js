@@ -52,7 +52,7 @@
       ` VWAP ${c.vwap == null ? "–" : c.vwap} trades ${c.trades}` +
       // Taker buy volume: only for series whose source maps the aggressor side.
       (c.taker_buy_base_volume == null ? "" : ` taker buy ${c.taker_buy_base_volume} (QV ${c.taker_buy_quote_volume})`) +
-      (c.gap ? " gap" : "") + (c.final ? "" : " (open)");
+      (c.gap ? " gap" : "") + (c.rev ? ` rev ${c.rev}` : "") + (c.final ? "" : " (open)");
   }
   let hovered = null;
   chart.subscribeCrosshairMove((p) => {
@@ -143,7 +143,10 @@
 
   // update applies a stream message: the newest bar moves, or a newer one
   // follows; an older bar on the chart is redrawn in place (a window's
-  // final arrives after the next window opened, and later revisions too).
+  // final arrives after the next window opened, and later revisions too:
+  // a revision of a closed bar, however old, replaces it). A bar never
+  // goes back: after a final only a higher rev is drawn (the stream sends
+  // nothing else, but a page read from the API may already hold it).
   function update(m) {
     if (m.symbol !== state.symbol || m.timeframe !== state.timeframe) return;
     const b = toBar(m);
@@ -155,6 +158,8 @@
     } else {
       const i = barAt(b.time);
       if (i < 0) return; // not on the chart (older than its first page)
+      const had = bars[i].c;
+      if (had.final && !(m.final && (m.rev || 0) > (had.rev || 0))) return;
       bars[i] = b;
       series.update(b, true); // historical update: replaces the bar at its time
       volume.update(toVolume(b), true);

@@ -1,0 +1,109 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
+)
+
+// chromium is Debian's browser, installed by scripts/test-deps.sh.
+const chromium = "/usr/bin/chromium"
+
+// TestChartRedrawsRevision opens the chart page in a headless browser on a
+// series whose bars are final, then sends a revision of an older bar (rev
+// 1, a new high) through the stream: the page redraws that bar with the
+// revision's values.
+func TestChartRedrawsRevision(t *testing.T) {
+	if _, err := exec.LookPath(chromium); err != nil {
+		t.Fatalf("%s not found: the chart page test needs Debian's chromium; run scripts/test-deps.sh (or apt-get install chromium)", chromium)
+	}
+	m1 := tf(t, "1m")
+	start0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	cs := series("BTC/USDT", m1, start0.UnixMilli(), 30, 11)
+	mem := NewMemory(1000)
+	mem.Add(cs[:29]...)
+	mem.Active(cs[29])
+	s, err := New(Options{Config: defaults(t), Timeframes: map[string]candle.Timeframe{"1m": m1}, Hot: mem, Live: mem, Feed: mem,
+		Now: func() time.Time { return start0.Add(31 * time.Minute) }, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := start(t, s)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1200, 700))
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
+	defer tcancel()
+	if err := chromedp.Do(bctx, chromedp.Navigate(page+"/?symbol="+url.QueryEscape("BTC/USDT")+"&timeframe=1m")); err != nil {
+		t.Fatalf("open the page: %v", err)
+	}
+	type state struct {
+		Ready   bool   `json:"ready"`
+		Bars    int    `json:"bars"`
+		Redrawn int    `json:"redrawn"`
+		Error   string `json:"error"`
+	}
+	read := func() state {
+		st, err := chromedp.Run(bctx, chromedp.Evaluate[state](`window.kandle || {}`))
+		if err != nil {
+			t.Fatalf("evaluate: %v", err)
+		}
+		return st
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		st := read()
+		if st.Error != "" {
+			t.Fatalf("the page reports: %s", st.Error)
+		}
+		if st.Ready && st.Bars == len(cs) && s.hub.channels() == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the chart never drew the %d bars and subscribed: %+v", len(cs), st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	old := cs[20]
+	rev := revised(old, 1)
+	rev.High = decimal.MustParse("987654.25")
+	mem.Add(rev) // stored and published, as the pipeline's sinks do
+	type drawn struct {
+		Bar    *struct{ High float64 }
+		Candle *struct {
+			Rev    uint32 `json:"rev"`
+			High   string `json:"high"`
+			Trades int64  `json:"trades"`
+			Final  bool   `json:"final"`
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		d, err := chromedp.Run(bctx, chromedp.Evaluate[drawn](fmt.Sprintf(`window.kandle.drawn(%d)`, old.OpenTime/1000)))
+		if err != nil {
+			t.Fatalf("evaluate: %v", err)
+		}
+		if d.Bar != nil && d.Candle != nil && d.Bar.High == 987654.25 && d.Candle.Rev == 1 && d.Candle.Final &&
+			d.Candle.High == rev.High.String() && d.Candle.Trades == rev.Trades && read().Redrawn > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the revised bar was not redrawn: bar %+v candle %+v", d.Bar, d.Candle)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
