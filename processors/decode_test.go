@@ -274,16 +274,9 @@ func TestDecoderActionNeedsID(t *testing.T) {
 // without it (the fast path of a feed whose trades carry none), and for
 // trades, cancels and corrections that carry it.
 func TestDecodeActionAllocs(t *testing.T) {
-	d, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "s", Time: "T", Price: "p", Qty: "q", ID: "t", Action: "X"}, KeyCheck: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs := benchTrades(64)
+	d := actionBenchDecoder(t)
 	for _, extra := range []string{"", `,"X":"trade"`, `,"X":"CANCEL"`, `,"X":"correct"`} {
-		in := make([][]byte, len(recs))
-		for i, r := range recs {
-			in[i] = append(append(slices.Clone(r[:len(r)-1]), extra...), '}')
-		}
+		in := withMember(benchTrades(64), extra)
 		var tr candle.Trade
 		i := 0
 		allocs := testing.AllocsPerRun(1000, func() {
@@ -305,24 +298,26 @@ func TestDecodeActionAllocs(t *testing.T) {
 func BenchmarkDecodeAction(b *testing.B) {
 	for _, bc := range []struct{ name, extra string }{{"absent", ""}, {"cancels", `,"X":"cancel"`}} {
 		b.Run(bc.name, func(b *testing.B) {
-			recs := benchTrades(1 << 14)
-			for i, r := range recs {
-				recs[i] = append(append(slices.Clone(r[:len(r)-1]), bc.extra...), '}')
-			}
-			d, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "s", Time: "T", Price: "p", Qty: "q", ID: "t", Action: "X"}, KeyCheck: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var t candle.Trade
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := cpuTime()
-			for i := range b.N {
-				if rej, ok := d.Decode(recs[i&(len(recs)-1)], &t); !ok {
-					b.Fatal(rej.Detail)
-				}
-			}
-			reportRate(b, cpu)
+			benchDecode(b, actionBenchDecoder(b), withMember(benchTrades(1<<14), bc.extra))
 		})
 	}
+}
+
+// actionBenchDecoder is benchDecoder with an action field, "X".
+func actionBenchDecoder(tb testing.TB) *Decoder {
+	d, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "s", Time: "T", Price: "p", Qty: "q", ID: "t", Action: "X"}, KeyCheck: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
+// withMember returns recs (JSON objects) each with member (`,"name":value`)
+// added at its end; recs themselves are not changed.
+func withMember(recs [][]byte, member string) [][]byte {
+	out := make([][]byte, len(recs))
+	for i, r := range recs {
+		out[i] = append(append(slices.Clone(r[:len(r)-1]), member...), '}')
+	}
+	return out
 }
