@@ -52,8 +52,9 @@ const (
 // dead-lettered late.
 func TestOutageBacklogBecomesRevisions(t *testing.T) { testOutage(t, false) }
 
-// The same, with two instances SIGKILLed while the backlog is processed
-// (one restarts on its disk, the other on an empty one).
+// The same, with both instances SIGKILLed, one after the other, while the
+// backlog is processed (the first restarts on its disk, the second on an
+// empty one).
 func TestOutageBacklogBecomesRevisionsUnderKills(t *testing.T) { testOutage(t, true) }
 
 func testOutage(t *testing.T, kills bool) {
@@ -76,10 +77,11 @@ func testOutage(t *testing.T, kills bool) {
 	c.logf("gen: SIGCONT, the backlog goes out")
 	if kills {
 		r := rng(t)
-		for i, fresh := range []bool{false, true} {
+		run := c.running()
+		r.Shuffle(len(run), func(i, j int) { run[i], run[j] = run[j], run[i] })
+		for i, fresh := range []bool{false, true} { // each instance once
 			time.Sleep(time.Duration(200+r.IntN(1500)) * time.Millisecond)
-			run := c.running()
-			name := run[r.IntN(len(run))]
+			name := run[i]
 			c.insts[name].p.kill()
 			c.logf("%s: SIGKILL (#%d) during the revision burst", name, i+1)
 			c.startInstance(name, fresh)
