@@ -111,8 +111,9 @@ soak: deps
 ## soak-outage: the producer-outage tests five times in a row (a live group with the shipped defaults
 ## whose producer holds its trades for 30s, longer than the idle advance, then sends the backlog: it
 ## becomes revisions whose newest candles equal a replay's, also with instances SIGKILLed during the
-## revision burst; about 2-3 minutes a round). Built with -tags outage until revisions are merged in
-## every stage; OUTAGE_COUNT=1 runs them once
+## revision burst; the two run side by side, up to 2 minutes a round: a wait of up to 52s that puts the
+## outage across a minute boundary, 60s of input, the replay). Built with -tags outage until revisions
+## are merged in every stage; OUTAGE_COUNT=1 runs them once
 OUTAGE_COUNT ?= 5
 soak-outage: deps
 	$(GO) test -tags outage -p 1 -count=$(OUTAGE_COUNT) -run '^TestOutageBacklogBecomesRevisions' -timeout 60m -v ./cmd/kandle
