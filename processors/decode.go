@@ -31,13 +31,15 @@ import (
 // its ID names (see ActionValues for the accepted values). A record without
 // the field, or with null, is a new trade, so a feed whose cancels carry an
 // action field and whose trades do not needs no rewriting. Any other value
-// is rejected invalid_action. A cancel or correction needs the trade id
-// (ID set, the record's id field a non-empty string or number; else
-// missing_field). A cancel needs only the key, the time and the id: its
-// price, qty and side are neither required nor read (the trade it takes
-// back is found by id), and the Trade carries zero for them. A correction
-// is read like a trade: its price and qty (and side, when mapped) are the
-// corrected trade's and are required and checked as for a trade.
+// is rejected invalid_action. A cancel or correction names the trade it
+// takes back by the trade's id and event time: its id field holds the
+// trade's id (ID set, a non-empty string or number; else missing_field)
+// and its time field the trade's event time, which gives the window. A
+// cancel needs only the key, the time and the id: its price, qty and side
+// are neither required nor read, and the Trade carries zero for them. A
+// correction is read like a trade: its price and qty (and side, when
+// mapped) are the corrected trade's and are required and checked as for a
+// trade.
 type Fields struct{ Key, Time, Price, Qty, ID, Side, BuyerMaker, Action string }
 
 // ActionValues documents the values of an action field (Fields.Action):
