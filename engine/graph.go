@@ -108,7 +108,7 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 func decoderConfig(src *topology.Source) processors.DecoderConfig {
 	f := src.Fields
 	return processors.DecoderConfig{
-		Fields:         processors.Fields{Key: f.Key, Time: f.Time, Price: f.Price, Qty: f.Qty, ID: f.ID, Side: f.Side, BuyerMaker: f.BuyerMaker},
+		Fields:         processors.Fields{Key: f.Key, Time: f.Time, Price: f.Price, Qty: f.Qty, ID: f.ID, Side: f.Side, BuyerMaker: f.BuyerMaker, Action: f.Action},
 		Symbols:        src.Symbols,
 		MaxRecordBytes: src.MaxRecordBytes,
 		KeyCheck:       src.KeyCheck,

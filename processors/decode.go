@@ -26,7 +26,26 @@ import (
 //
 // A record without the mapped field is rejected missing_field; one whose
 // value is not one of these is rejected invalid_side.
-type Fields struct{ Key, Time, Price, Qty, ID, Side, BuyerMaker string }
+//
+// Action, when set, names the field saying what a record does to the trade
+// its ID names (see ActionValues for the accepted values). A record without
+// the field, or with null, is a new trade, so a feed whose cancels carry an
+// action field and whose trades do not needs no rewriting. Any other value
+// is rejected invalid_action. A cancel or correction names the trade it
+// takes back by the trade's id and event time: its id field holds the
+// trade's id (ID set, a non-empty string or number; else missing_field)
+// and its time field the trade's event time, which gives the window. A
+// cancel needs only the key, the time and the id: its price, qty and side
+// are neither required nor read, and the Trade carries zero for them. A
+// correction is read like a trade: its price and qty (and side, when
+// mapped) are the corrected trade's and are required and checked as for a
+// trade.
+type Fields struct{ Key, Time, Price, Qty, ID, Side, BuyerMaker, Action string }
+
+// ActionValues documents the values of an action field (Fields.Action):
+// each is accepted in any ASCII letter case and nothing else (no spaces, no
+// abbreviations, a JSON string only).
+const ActionValues = `"trade" or "new" (a new trade, as when the field is absent or null), "cancel", "break" or "bust" (the trade never happened), "correct" or "correction" (the trade had this record's price and qty)`
 
 // DecoderConfig configures a Decoder.
 type DecoderConfig struct {
@@ -49,6 +68,7 @@ const (
 	fID
 	fSide
 	fMaker
+	fAction
 	numFields
 )
 
@@ -87,8 +107,11 @@ func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
 	if f.Side != "" && f.BuyerMaker != "" {
 		return nil, fmt.Errorf("decoder: fields.side (%q) and fields.buyer_maker (%q) are both set: map the aggressor side from one of them", f.Side, f.BuyerMaker)
 	}
+	if f.Action != "" && f.ID == "" {
+		return nil, fmt.Errorf("decoder: fields.action (%q) is set without fields.id: a cancel or correction names its trade by id", f.Action)
+	}
 	d := &Decoder{cfg: cfg, keys: newTable[struct{}](), one: decimal.FromInt(1), root: &pathLevel{}}
-	d.names = [numFields]string{f.Key, f.Time, f.Price, f.Qty, f.ID, f.Side, f.BuyerMaker}
+	d.names = [numFields]string{f.Key, f.Time, f.Price, f.Qty, f.ID, f.Side, f.BuyerMaker, f.Action}
 	for i, path := range d.names {
 		if path == "" {
 			continue
@@ -195,7 +218,19 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 	if len(kb) == 0 {
 		return nil, d.fail(Rejection{Reason: ReasonMissingField, Detail: fmt.Sprintf("field %q must be a non-empty string or a number", d.names[fKey])})
 	}
-	for _, f := range [...]int{fTime, fPrice, fQty, fSide, fMaker} {
+	action := candle.ActionTrade
+	if d.names[fAction] != "" && c[fAction].kind != kindNone && c[fAction].kind != kindNull {
+		var detail string
+		if action, detail = d.action(value); detail != "" {
+			return nil, d.fail(Rejection{Reason: ReasonInvalidAction, Key: string(kb), Detail: detail})
+		}
+	}
+	required := [...]int{fTime, fPrice, fQty, fSide, fMaker}
+	n := len(required)
+	if action == candle.ActionCancel {
+		n = 1 // a cancel's price, qty and side are not read
+	}
+	for _, f := range required[:n] {
 		if d.names[f] != "" && (c[f].kind == kindNone || c[f].kind == kindNull) {
 			return nil, d.fail(Rejection{Reason: ReasonMissingField, Key: string(kb), Detail: fmt.Sprintf("field %q is missing", d.names[f])})
 		}
@@ -218,11 +253,21 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 				Detail: fmt.Sprintf("field %q must be a string or a number", d.names[fID])})
 		}
 	}
+	if action != candle.ActionTrade && t.ID == "" {
+		return nil, d.fail(Rejection{Reason: ReasonMissingField, Key: rawKey(),
+			Detail: fmt.Sprintf("field %q is missing: a %s names the trade it takes back by its id", d.names[fID], actionName(action))})
+	}
 	// Event time.
 	ts, err := d.eventTime(value, c[fTime])
 	if err != nil {
 		return nil, d.fail(Rejection{Reason: ReasonInvalidTS, Key: rawKey(),
 			Detail: fmt.Sprintf("field %q: %v", d.names[fTime], err)})
+	}
+	t.Action = action
+	if action == candle.ActionCancel {
+		t.TS, t.Price, t.Qty, t.Side = ts, decimal.Zero, decimal.Zero, candle.SideNone
+		*quote = decimal.Sum{}
+		return kb, true
 	}
 	price, pf, detail := d.positive(value, c[fPrice], fPrice)
 	if detail != "" {
@@ -256,6 +301,10 @@ func (d *Decoder) scan(value []byte, t *candle.Trade, quote *decimal.Sum) (kb []
 // taker buy volumes.
 func (d *Decoder) HasSide() bool { return d.hasSide() }
 
+// HasAction reports whether the decoder maps an action field: its records
+// may then be cancels and corrections (Trade.Action) as well as trades.
+func (d *Decoder) HasAction() bool { return d.names[fAction] != "" }
+
 func (d *Decoder) hasSide() bool { return d.names[fSide] != "" || d.names[fMaker] != "" }
 
 // side reads the aggressor side of the record just scanned (the field was
@@ -275,21 +324,69 @@ func (d *Decoder) side(value []byte) (candle.Side, string) {
 		return candle.SideNone, fmt.Sprintf("field %q is %s: it must be the JSON boolean true (the buyer was the maker: the taker sold) or false (the taker bought)",
 			d.names[fMaker], strings.ToValidUTF8(string(value[sp.start:sp.end]), "\uFFFD"))
 	}
-	sp := d.caps[fSide]
-	raw := value[sp.start:sp.end]
-	if sp.kind == kindEsc { // "b\u0075y" is "buy"
-		d.tsBuf = unescape(d.tsBuf[:0], raw)
-		raw, sp.kind = d.tsBuf, kindString
-	}
-	if sp.kind == kindString {
-		switch {
-		case len(raw) == 3 && raw[0]|0x20 == 'b' && raw[1]|0x20 == 'u' && raw[2]|0x20 == 'y':
-			return candle.SideBuy, ""
-		case len(raw) == 4 && raw[0]|0x20 == 's' && raw[1]|0x20 == 'e' && raw[2]|0x20 == 'l' && raw[3]|0x20 == 'l':
-			return candle.SideSell, ""
-		}
+	raw, str := d.text(value, fSide)
+	switch {
+	case str && foldEq(raw, "buy"):
+		return candle.SideBuy, ""
+	case str && foldEq(raw, "sell"):
+		return candle.SideSell, ""
 	}
 	return candle.SideNone, fmt.Sprintf("field %q = %q must be \"buy\" or \"sell\" (any letter case)", d.names[fSide], raw)
+}
+
+// action reads the action of the record just scanned (the field was found,
+// not null: scan checked). A non-empty detail says why the value is none of
+// ActionValues.
+func (d *Decoder) action(value []byte) (candle.Action, string) {
+	raw, str := d.text(value, fAction)
+	switch {
+	case !str:
+	case foldEq(raw, "trade"), foldEq(raw, "new"):
+		return candle.ActionTrade, ""
+	case foldEq(raw, "cancel"), foldEq(raw, "break"), foldEq(raw, "bust"):
+		return candle.ActionCancel, ""
+	case foldEq(raw, "correct"), foldEq(raw, "correction"):
+		return candle.ActionCorrect, ""
+	}
+	return candle.ActionTrade, fmt.Sprintf("field %q = %q must be %s", d.names[fAction], raw, ActionValues)
+}
+
+// text returns the bytes of field f of the record just scanned, and whether
+// they are a JSON string's; escapes are resolved into scratch space
+// ("b\u0075y" is "buy"), so the bytes are valid until the next call.
+func (d *Decoder) text(value []byte, f int) (raw []byte, str bool) {
+	sp := d.caps[f]
+	raw = value[sp.start:sp.end]
+	if sp.kind == kindEsc {
+		d.tsBuf = unescape(d.tsBuf[:0], raw)
+		return d.tsBuf, true
+	}
+	return raw, sp.kind == kindString
+}
+
+// foldEq reports whether raw spells word (lower-case ASCII letters) in any
+// ASCII letter case, without allocating.
+func foldEq(raw []byte, word string) bool {
+	if len(raw) != len(word) {
+		return false
+	}
+	for i := range len(word) {
+		if raw[i]|0x20 != word[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// actionName names a for details.
+func actionName(a candle.Action) string {
+	switch a {
+	case candle.ActionCancel:
+		return "cancel"
+	case candle.ActionCorrect:
+		return "correction"
+	}
+	return "trade"
 }
 
 // scanGeneral validates value with the general scanner and fills d.caps;

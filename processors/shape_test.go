@@ -28,7 +28,7 @@ func decodeResult(d *Decoder, in []byte) string {
 	if !ok {
 		return fmt.Sprintf("rejected %s key=%q: %s", rej.Reason, rej.Key, rej.Detail)
 	}
-	return fmt.Sprintf("ok key=%q ts=%d p=%s q=%s id=%q", tr.Key, tr.TS, tr.Price, tr.Qty, tr.ID)
+	return fmt.Sprintf("ok key=%q ts=%d p=%s q=%s id=%q action=%d", tr.Key, tr.TS, tr.Price, tr.Qty, tr.ID, tr.Action)
 }
 
 // TestShapeCacheAgreesWithGeneral: a decoder whose shape cache has learned

@@ -102,6 +102,10 @@ func TestFingerprintWhichSettingsMatter(t *testing.T) {
 		// meaning. Without one the fingerprint is what it always was.
 		{"side mapped", "{topic: trades}", "{topic: trades, fields: {side: S}}", map[string][]string{
 			"c1m": {"fields.side"}, "c5m": {"from.fields.side"}, "c1d": {"from.from.fields.side"}}},
+		// An action field turns some records into cancels and corrections:
+		// a change of meaning, and none without one.
+		{"action mapped", "{topic: trades}", "{topic: trades, fields: {action: A}}", map[string][]string{
+			"c1m": {"fields.action"}, "c5m": {"from.fields.action"}, "c1d": {"from.from.fields.action"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(fpBase, tc.old) {
@@ -139,6 +143,7 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 	inFP["values"] = true // as "fields.values" when a source lists them
 	inFP["side"] = true   // as "fields.side" when a source maps it
 	inFP["buyer_maker"] = true
+	inFP["action"] = true // as "fields.action" when a source maps it
 	inFP["stream"] = true
 	compatible := map[string]string{
 		"idle_timeout":      "when a live partition moves on, not what a window holds",

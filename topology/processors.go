@@ -214,6 +214,9 @@ func (candlesKind) Fingerprint(f *FingerprintFields, p *Processor) error {
 	if src.Fields.BuyerMaker != "" {
 		f.Add("fields.buyer_maker", src.Fields.BuyerMaker)
 	}
+	if src.Fields.Action != "" {
+		f.Add("fields.action", src.Fields.Action)
+	}
 	f.Add("dedupe", strconv.FormatBool(p.Dedupe))
 	f.Add("gap_fill", strconv.FormatBool(p.GapFill))
 	if f.Own() {

@@ -141,6 +141,11 @@ func (c *checker) sources() {
 		if s.Fields.Side != "" && s.Fields.BuyerMaker != "" {
 			c.report(c.at("sources", name, "fields", "buyer_maker"), "%s.fields: side (%q) and buyer_maker (%q) are both set; map the aggressor side from one of them", path, s.Fields.Side, s.Fields.BuyerMaker)
 		}
+		if s.Fields.Action != "" && len(s.Fields.Values) > 0 {
+			c.report(c.at("sources", name, "fields", "action"), "%s.fields.action: cancels and corrections apply to trades, not to multi-metric readings (values); remove it", path)
+		} else if s.Fields.Action != "" && s.Fields.ID == "" {
+			c.report(c.at("sources", name, "fields", "action"), "%s.fields.action: a cancel or correction names the trade it takes back by its id, and fields.id is empty; map the trade id (e.g. id: trade_id)", path)
+		}
 		for _, f := range []struct{ key, val string }{{"key", s.Fields.Key}, {"time", s.Fields.Time}, {"price", s.Fields.Price}} {
 			if f.val == "" {
 				c.report(c.at("sources", name, "fields", f.key), "%s.fields.%s: must name a record field (only qty and id may be empty)", path, f.key)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
 )
 
 // injectedID marks the trade ids of records a test sends on purpose with a
@@ -222,6 +223,53 @@ func candleTopicsOf(out map[string][]string) []string {
 	return tps
 }
 
+// latestRevisions reduces the records of one candle topic, in the order
+// they were read, to the newest revision of each window with its rev
+// cleared, so that a live group that revised closed windows compares with
+// a replay that never needed to (diffLive). A window's records come from
+// one partition in offset order, and a consumer must see its revisions go
+// up one by one: rev 0 first, then 1, 2, … with none skipped, doubled or
+// going back; problem lists the windows where they do not ("" when all
+// do). revised counts the windows whose newest candle has rev > 0. Records
+// that are not candles are kept as they are (diffLive reports them).
+func latestRevisions(vals []string) (latest []string, revised int, problem string) {
+	next := map[window]uint32{} // the rev due next in each window
+	newest := map[window]candle.Candle{}
+	var order []window
+	var bad []string
+	for _, v := range vals {
+		c, err := candle.ParseJSON([]byte(v))
+		if err != nil {
+			latest = append(latest, v)
+			continue
+		}
+		w := window{c.Symbol, c.OpenTime}
+		due, seen := next[w]
+		if !seen {
+			order = append(order, w)
+		}
+		if c.Rev != due {
+			bad = append(bad, fmt.Sprintf("  %s %s: rev %d where rev %d was due: %s", w.symbol, time.UnixMilli(w.open).UTC().Format("15:04:05"), c.Rev, due, v))
+		}
+		next[w] = max(due, c.Rev+1)
+		if c.Rev >= newest[w].Rev {
+			newest[w] = c
+		}
+	}
+	for _, w := range order {
+		c := newest[w]
+		if c.Rev > 0 {
+			revised++
+		}
+		c.Rev = 0
+		latest = append(latest, string(c.AppendJSON(nil)))
+	}
+	if len(bad) > 5 {
+		bad = append(bad[:5], fmt.Sprintf("  … %d more", len(bad)-5))
+	}
+	return latest, revised, strings.Join(bad, "\n")
+}
+
 // twoFinals lists the windows of out that have more than one candle.
 func twoFinals(out map[string][]string) string {
 	var lines []string
@@ -284,5 +332,48 @@ func TestDiffLive(t *testing.T) {
 	}
 	if two := twoFinals(out([]string{cnd("BTC", 0, 2), cnd("BTC", 0, 1)})); !strings.Contains(two, "BTC: 2 finals") {
 		t.Errorf("twoFinals missed a doubled window: %q", two)
+	}
+}
+
+// The reduction to the newest revision: a revised window compares by its
+// newest candle (rev cleared), and revisions that skip, repeat or go back
+// are found.
+func TestLatestRevisions(t *testing.T) {
+	cnd := func(sym string, open int64, trades int, rev uint32) string {
+		c := candle.Candle{Symbol: sym, Timeframe: "5s", OpenTime: open, CloseTime: open + 5000,
+			Open: decimal.FromInt(1), High: decimal.FromInt(1), Low: decimal.FromInt(1), Close: decimal.FromInt(1),
+			Volume: decimal.SumOf(decimal.FromInt(int64(trades))), QuoteVolume: decimal.SumOf(decimal.FromInt(int64(trades))),
+			Trades: int64(trades), Gap: trades == 0, Rev: rev}
+		return string(c.AppendJSON(nil))
+	}
+	// A gap closed by the idle advance, revised twice by the backlog; an
+	// unrevised window; a record that is not a candle.
+	latest, revised, problem := latestRevisions([]string{cnd("BTC", 0, 0, 0), cnd("ETH", 0, 3, 0), cnd("BTC", 0, 2, 1), "junk", cnd("BTC", 0, 5, 2)})
+	if problem != "" || revised != 1 {
+		t.Fatalf("in order: revised %d, problem %q", revised, problem)
+	}
+	if want := []string{cnd("BTC", 0, 5, 0), cnd("ETH", 0, 3, 0), "junk"}; !slices.Equal(slices.Sorted(slices.Values(latest)), slices.Sorted(slices.Values(want))) {
+		t.Fatalf("latest %q, want %q", latest, want)
+	}
+	// The replay's windows (rev 0 only) compare with the newest revisions
+	// (latest[0] is the record that is not a candle).
+	want := map[string][]string{"c.5s": {cnd("BTC", 0, 5, 0), cnd("ETH", 0, 3, 0)}, "dlq": nil}
+	if d := diffLive(want, map[string][]string{"c.5s": slices.Sorted(slices.Values(latest[1:])), "dlq": nil}); d != "" {
+		t.Fatalf("the newest revisions differ from the replay: %s", d)
+	}
+	for _, tc := range []struct {
+		name string
+		vals []string
+		want string
+	}{
+		{"skipped", []string{cnd("BTC", 0, 0, 0), cnd("BTC", 0, 2, 2)}, "rev 2 where rev 1 was due"},
+		{"doubled", []string{cnd("BTC", 0, 0, 0), cnd("BTC", 0, 2, 1), cnd("BTC", 0, 3, 1)}, "rev 1 where rev 2 was due"},
+		{"two finals", []string{cnd("BTC", 0, 1, 0), cnd("BTC", 0, 2, 0)}, "rev 0 where rev 1 was due"},
+		{"backwards", []string{cnd("BTC", 0, 0, 0), cnd("BTC", 0, 2, 1), cnd("BTC", 0, 3, 2), cnd("BTC", 0, 2, 1)}, "rev 1 where rev 3 was due"},
+		{"no first final", []string{cnd("ETH", 5000, 2, 1)}, "rev 1 where rev 0 was due"},
+	} {
+		if _, _, p := latestRevisions(tc.vals); !strings.Contains(p, tc.want) {
+			t.Errorf("%s: problem %q, want one containing %q", tc.name, p, tc.want)
+		}
 	}
 }

@@ -131,12 +131,19 @@ type cluster struct {
 	gens    []*kproc // generator processes
 	opts    clusterOpts
 	proxies map[string]*testkit.Proxy // instances that reach the broker through a proxy
+	// revised counts, with opts.revisions, the windows whose newest candle
+	// has rev > 0, per topic (with its prefix), at the last outputs read.
+	revised map[string]int
 }
 
 type clusterOpts struct {
 	sessionTimeout, txnTimeout time.Duration
 	persistBroker              bool         // dev broker with --data-dir, so it can restart
 	shape                      clusterShape // the processors; shortChain when zero
+	// revisions: the shape revises closed windows (revise_within), so a
+	// candle topic holds several candles of a window; outputs compares the
+	// newest of each (see latestRevisions).
+	revisions bool
 }
 
 type instance struct {
@@ -154,7 +161,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	if o.shape.stages == nil {
 		o.shape = shortChain
 	}
-	c := &cluster{t: t, start: time.Now(), dir: dir, insts: map[string]*instance{}, opts: o,
+	c := &cluster{t: t, start: time.Now(), dir: dir, insts: map[string]*instance{}, opts: o, revised: map[string]int{},
 		addr: fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))}
 	t.Cleanup(func() {
 		for _, in := range c.insts {
@@ -405,7 +412,8 @@ func (c *cluster) replay() map[string][]string {
 }
 
 // outputs reads the committed records of every compared topic (with the
-// prefix); dead letters become "stage reason pP@O record".
+// prefix); dead letters become "stage reason pP@O record". With
+// opts.revisions a candle topic gives the newest revision of each window.
 func (c *cluster) outputs(prefix string) map[string][]string {
 	c.t.Helper()
 	out := map[string][]string{}
@@ -425,6 +433,13 @@ func (c *cluster) outputs(prefix string) map[string][]string {
 				v = fmt.Sprintf("%s %s p%d@%d %s%s", d.Stage, d.Reason, d.Partition, d.Offset, d.Record, d.RecordBase64)
 			}
 			vals = append(vals, v)
+		}
+		if c.opts.revisions && tp != "dlq" {
+			var problem string
+			vals, c.revised[prefix+tp], problem = latestRevisions(vals)
+			if problem != "" {
+				c.t.Fatalf("%s%s: revisions out of order:\n%s", prefix, tp, problem)
+			}
 		}
 		sort.Strings(vals)
 		out[tp] = vals
