@@ -1,0 +1,72 @@
+package engine
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/topology"
+)
+
+// TestRevisionMetrics: kandle_revisions_total counts the candles with a rev
+// above 0 a stage emits, by stage and timeframe; a stage with a revision
+// horizon has the series (and, for a candles stage, its late,
+// unknown_trade and beyond_horizon dead-letter series) from the first
+// scrape, a stage without one has none.
+func TestRevisionMetrics(t *testing.T) {
+	const src = `
+name: rev
+brokers: embedded
+sources:
+  trades: {topic: trades}
+processors:
+  1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 1h}
+  5m: {kind: rollup, from: 1m, timeframe: 5m}
+  plain: {kind: candles, from: trades, timeframe: 1m, output: {topic: plain}}
+`
+	top, err := topology.Parse("rev.yaml", []byte(src), topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := buildGraph(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range g.stages {
+		m.zeroRevisions(s)
+	}
+	if n := testutil.CollectAndCount(m.revisions); n != 2 {
+		t.Errorf("%d revision series at start, want 2 (1m and 5m; plain has no horizon)", n)
+	}
+	if n := testutil.CollectAndCount(m.rejected); n != len(revisionReasons) {
+		t.Errorf("%d dead-letter series at start, want %d (1m's revision reasons)", n, len(revisionReasons))
+	}
+	for _, r := range []string{"late", "unknown_trade", "beyond_horizon"} {
+		if v := testutil.ToFloat64(m.rejected.WithLabelValues("1m", r)); v != 0 {
+			t.Errorf("rejected{1m,%s} = %v at start", r, v)
+		}
+	}
+
+	open := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	cs := []candle.Candle{{Symbol: "BTC", OpenTime: open}, {Symbol: "BTC", OpenTime: open, Rev: 1},
+		{Symbol: "ETH", OpenTime: open}, {Symbol: "BTC", OpenTime: open, Rev: 2}}
+	countRevisions(m, g.byName["1m"], cs)
+	countRevisions(m, g.byName["5m"], cs[:1])
+	countRevisions(m, g.byName["plain"], cs[2:3])
+	if v := testutil.ToFloat64(m.revisions.WithLabelValues("1m", "1m")); v != 2 {
+		t.Errorf("revisions{1m} = %v, want 2 (the candles with rev 1 and 2)", v)
+	}
+	if v := testutil.ToFloat64(m.revisions.WithLabelValues("5m", "5m")); v != 0 {
+		t.Errorf("revisions{5m} = %v after a final at rev 0, want 0", v)
+	}
+	if n := testutil.CollectAndCount(m.revisions); n != 2 {
+		t.Errorf("%d revision series, want 2: a stage that emitted no revision gets none", n)
+	}
+}
