@@ -15,8 +15,9 @@ import (
 // and timeframe. The records behind them are counted where they are
 // rejected or accepted: cancels and corrections that could not be applied
 // are dead letters with their own reasons (kandle_rejected_total with
-// reason unknown_trade or beyond_horizon), and with a horizon the reason
-// late counts exactly the trades older than it.
+// reason unknown_trade or beyond_horizon), so are a rollup's revised
+// sub-candles of windows beyond the horizon (beyond_horizon), and with a
+// horizon the reason late counts exactly the trades older than it.
 
 // newRevisionsMetric is kandle_revisions_total (see above).
 func newRevisionsMetric() *prometheus.CounterVec {
@@ -38,22 +39,26 @@ func countRevisions(m *metrics, s *stageSpec, cs []candle.Candle) {
 	}
 }
 
-// revisionReasons are the dead-letter reasons of a stage with a revision
-// horizon that dashboards watch: trades older than the horizon (late), and
-// cancels or corrections that name no kept trade or a window beyond it.
+// revisionReasons are the dead-letter reasons of a candles stage with a
+// revision horizon that dashboards watch: trades older than the horizon
+// (late), and cancels or corrections that name no kept trade or a window
+// beyond it. A rollup with a horizon dead-letters revised sub-candles of
+// windows beyond it (beyond_horizon).
 var revisionReasons = []processors.Reason{processors.ReasonLate, processors.ReasonUnknownTrade, processors.ReasonBeyondHorizon}
 
 // zeroRevisions creates, at 0, the revision series of stage s when it has a
-// revision horizon (see metrics.zero), and for a candles stage its
-// revision dead-letter reasons.
+// revision horizon (see metrics.zero), and its revision dead-letter
+// reasons.
 func (m *metrics) zeroRevisions(s *stageSpec) {
 	if s.ReviseWithin <= 0 || !s.Facts.Candles {
 		return
 	}
 	m.revisions.WithLabelValues(s.Name, s.Timeframe.String())
-	if !s.Rollup {
-		for _, r := range revisionReasons {
-			m.rejected.WithLabelValues(s.Name, string(r))
-		}
+	reasons := revisionReasons
+	if s.Rollup {
+		reasons = []processors.Reason{processors.ReasonBeyondHorizon}
+	}
+	for _, r := range reasons {
+		m.rejected.WithLabelValues(s.Name, string(r))
 	}
 }

@@ -15,7 +15,8 @@ import (
 // above 0 a stage emits, by stage and timeframe; a stage with a revision
 // horizon has the series (and, for a candles stage, its late,
 // unknown_trade and beyond_horizon dead-letter series) from the first
-// scrape, a stage without one has none.
+// scrape, a rollup with one its beyond_horizon series; a stage without one
+// has none.
 func TestRevisionMetrics(t *testing.T) {
 	const src = `
 name: rev
@@ -45,8 +46,11 @@ processors:
 	if n := testutil.CollectAndCount(m.revisions); n != 2 {
 		t.Errorf("%d revision series at start, want 2 (1m and 5m; plain has no horizon)", n)
 	}
-	if n := testutil.CollectAndCount(m.rejected); n != len(revisionReasons) {
-		t.Errorf("%d dead-letter series at start, want %d (1m's revision reasons)", n, len(revisionReasons))
+	if n := testutil.CollectAndCount(m.rejected); n != len(revisionReasons)+1 {
+		t.Errorf("%d dead-letter series at start, want %d (1m's revision reasons, 5m's beyond_horizon)", n, len(revisionReasons)+1)
+	}
+	if v := testutil.ToFloat64(m.rejected.WithLabelValues("5m", "beyond_horizon")); v != 0 {
+		t.Errorf("rejected{5m,beyond_horizon} = %v at start", v)
 	}
 	for _, r := range []string{"late", "unknown_trade", "beyond_horizon"} {
 		if v := testutil.ToFloat64(m.rejected.WithLabelValues("1m", r)); v != 0 {
