@@ -86,11 +86,9 @@ processors:
 	}
 }
 
-// TestPartitionCarriesTheRevisionHorizon: a candles processor's processors
-// get its revise_within, and every rollup above it the same horizon (the
-// configs kinds.go builds take it from the Partition); without one, none.
-func TestPartitionCarriesTheRevisionHorizon(t *testing.T) {
-	const src = `
+// revTopology has a candles processor with a revision horizon and two
+// rollups above it, and one without a horizon with a rollup.
+const revTopology = `
 name: rev
 brokers: embedded
 sources:
@@ -102,7 +100,11 @@ processors:
   plain: {kind: candles, from: trades, timeframe: 1m, output: {topic: plain}}
   plain5m: {kind: rollup, from: plain, timeframe: 5m}
 `
-	top, err := topology.Parse("rev.yaml", []byte(src), topology.Registry{})
+
+// revGraph is the graph of revTopology.
+func revGraph(t *testing.T) *graph {
+	t.Helper()
+	top, err := topology.Parse("rev.yaml", []byte(revTopology), topology.Registry{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +112,14 @@ processors:
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g
+}
+
+// TestPartitionCarriesTheRevisionHorizon: a candles processor's processors
+// get its revise_within, and every rollup above it the same horizon (the
+// configs kinds.go builds take it from the Partition); without one, none.
+func TestPartitionCarriesTheRevisionHorizon(t *testing.T) {
+	g := revGraph(t)
 	want := map[string]time.Duration{"1m": 90 * time.Minute, "5m": 90 * time.Minute, "1d": 90 * time.Minute, "plain": 0, "plain5m": 0}
 	for _, s := range g.stages {
 		if got := s.partition(false, nil).ReviseWithin; got != want[s.Name] {

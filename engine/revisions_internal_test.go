@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kandle/kandle/candle"
-	"github.com/kandle/kandle/topology"
 )
 
 // TestRevisionMetrics: kandle_revisions_total counts the candles with a rev
@@ -18,24 +17,7 @@ import (
 // scrape, a rollup with one its beyond_horizon series; a stage without one
 // has none.
 func TestRevisionMetrics(t *testing.T) {
-	const src = `
-name: rev
-brokers: embedded
-sources:
-  trades: {topic: trades}
-processors:
-  1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 1h}
-  5m: {kind: rollup, from: 1m, timeframe: 5m}
-  plain: {kind: candles, from: trades, timeframe: 1m, output: {topic: plain}}
-`
-	top, err := topology.Parse("rev.yaml", []byte(src), topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := buildGraph(top)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := revGraph(t) // 1m with a horizon, rollups 5m and 1d above it; plain and plain5m without
 	m, err := newMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -43,11 +25,11 @@ processors:
 	for _, s := range g.stages {
 		m.zeroRevisions(s)
 	}
-	if n := testutil.CollectAndCount(m.revisions); n != 2 {
-		t.Errorf("%d revision series at start, want 2 (1m and 5m; plain has no horizon)", n)
+	if n := testutil.CollectAndCount(m.revisions); n != 3 {
+		t.Errorf("%d revision series at start, want 3 (1m, 5m and 1d; plain has no horizon)", n)
 	}
-	if n := testutil.CollectAndCount(m.rejected); n != len(revisionReasons)+1 {
-		t.Errorf("%d dead-letter series at start, want %d (1m's revision reasons, 5m's beyond_horizon)", n, len(revisionReasons)+1)
+	if n := testutil.CollectAndCount(m.rejected); n != len(revisionReasons)+2 {
+		t.Errorf("%d dead-letter series at start, want %d (1m's revision reasons, 5m's and 1d's beyond_horizon)", n, len(revisionReasons)+2)
 	}
 	if v := testutil.ToFloat64(m.rejected.WithLabelValues("5m", "beyond_horizon")); v != 0 {
 		t.Errorf("rejected{5m,beyond_horizon} = %v at start", v)
@@ -70,7 +52,7 @@ processors:
 	if v := testutil.ToFloat64(m.revisions.WithLabelValues("5m", "5m")); v != 0 {
 		t.Errorf("revisions{5m} = %v after a final at rev 0, want 0", v)
 	}
-	if n := testutil.CollectAndCount(m.revisions); n != 2 {
-		t.Errorf("%d revision series, want 2: a stage that emitted no revision gets none", n)
+	if n := testutil.CollectAndCount(m.revisions); n != 3 {
+		t.Errorf("%d revision series, want 3: a stage without a horizon that emitted no revision gets none", n)
 	}
 }
