@@ -191,7 +191,13 @@ func (candlesKind) Validate(c *ProcessorCheck, p *Processor) {
 	if p.MaxFuture > 0 && p.MaxFuture > p.Lateness {
 		c.Report(c.At("max_future"), "%s.max_future: %s is more than lateness (%s): one record stamped max_future ahead of the clock would move the watermark past the clock and make on-time trades late; keep max_future at most lateness (defaults: 1s and 2s) or set max_future: 0s to turn the guard off", c.Path(), p.MaxFuture, p.Lateness)
 	}
-	// A negative horizon is refused by the decoder, as every negative duration.
+	// A negative horizon is refused by the decoder, as every negative
+	// duration. There is no lower bound against lateness: the horizon is
+	// measured from the watermark, which already trails the newest event
+	// time by lateness, so any positive horizon only adds to what lateness
+	// accepts (a trade counts, on time or as a revision, when its window
+	// closes after max event time - lateness - revise_within); a horizon
+	// shorter than lateness is still meaningful, merely small.
 	if p.ReviseWithin > MaxReviseWithin {
 		n := c.At("revise_within")
 		c.Report(n, "%s.revise_within: %s is more than 24h: the trades of every window inside the horizon are kept in state, so a longer one grows the state (and its restores) without bound; keep it at most 24h (e.g. 1h) and correct older history with kandle replay", c.Path(), n.Value)
