@@ -71,11 +71,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sinkLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kandle_sink_candle_delay_seconds",
 			Help: "Wall time from a candle's close to its durable write in a sink.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
 	}
-	for _, c := range []prometheus.Collector{m.records, m.rejected, m.candles, m.revisions, m.events, m.watermark, m.transactions,
+	for _, c := range []prometheus.Collector{m.records, m.rejected, m.candles, m.events, m.watermark, m.transactions,
 		m.commitSecs, m.restoreSecs, m.restored, m.snapshots, m.snapshotRecords, m.owned, m.idleErrors, m.panics, m.restarts, m.startupRetries, m.sinkWritten, m.sinkErrors, m.sinkLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
+	}
+	if err := reg.Register(m.revisions); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -120,21 +120,23 @@ type Kinesis struct {
 // Processor turns trades into candles (kind candles) or candles of a lower
 // timeframe into a higher one (kind rollup).
 type Processor struct {
-	Kind         string         `yaml:"kind" required:"true" enum:"candles|rollup|silence" doc:"candles: aggregate trades from a source; rollup: combine closed candles of another processor; silence: emit events when a device (the source's key) sends nothing for the levels' delays."`
-	From         string         `yaml:"from" required:"true" doc:"A source name (kinds candles and silence) or a processor name (kind rollup)."`
-	Timeframe    string         `yaml:"timeframe" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month). Required for kinds candles and rollup."`
-	Zone         string         `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
-	Lateness     time.Duration  `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late. Changing it keeps the state: the stored watermark never goes back, so a longer lateness takes effect as event time moves on."`
-	IdleTimeout  time.Duration  `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
-	MaxFuture    time.Duration  `yaml:"max_future" default:"1s" doc:"Records stamped further than this ahead of the clock are rejected (reason future). At most lateness: a record max_future ahead moves the watermark to at most the clock + max_future - lateness, so trades less than lateness - max_future behind the clock are never late. 0 disables."`
-	MaxIdle      time.Duration  `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever. Changing it keeps the state and decides from then on."`
-	Dedupe       bool           `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
-	GapFill      bool           `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
-	ReviseWithin time.Duration  `yaml:"revise_within" default:"0s" doc:"Kind candles: the revision horizon. A trade late for its window (the watermark passed it) whose window closed less than this before the watermark updates that window, and the candle is emitted again with rev one higher (the first final has rev 0; consumers keep the highest rev of each window); cancels and corrections of trades inside it do the same. Older trades are dead-lettered late as without it. The trades of every window inside the horizon are kept in state. Every rollup built from the processor inherits it and revises its windows from the revised candles. At most 24h. 0: off (no revisions, no kept windows)."`
-	Output       Output         `yaml:"output" doc:"Topic the closed candles (kind silence: the events) are written to. Default: <topology>.<processor>."`
-	Levels       []SilenceLevel `yaml:"levels" doc:"Kind silence: the levels of a device's silence, each fired once per silence (at least one)."`
-	Carry        []string       `yaml:"carry" doc:"Kind silence: fields of a device's latest reading copied into its events (e.g. owner), named by their last path element."`
-	RetireField  string         `yaml:"retire_field" default:"retired" doc:"Kind silence: a reading whose field of this name is true retires the device: its timers and state are deleted, no event is emitted. Empty: devices are never retired."`
+	Kind        string         `yaml:"kind" required:"true" enum:"candles|rollup|silence" doc:"candles: aggregate trades from a source; rollup: combine closed candles of another processor; silence: emit events when a device (the source's key) sends nothing for the levels' delays."`
+	From        string         `yaml:"from" required:"true" doc:"A source name (kinds candles and silence) or a processor name (kind rollup)."`
+	Timeframe   string         `yaml:"timeframe" doc:"Window length: Ns, Nm, Nh, Nd (epoch aligned), 1w (Monday) or 1M (calendar month). Required for kinds candles and rollup."`
+	Zone        string         `yaml:"zone" default:"UTC" doc:"IANA zone for day, week and month boundaries (e.g. Asia/Seoul)."`
+	Lateness    time.Duration  `yaml:"lateness" default:"2s" doc:"Watermark = max event time seen - lateness. Trades for windows closed by the watermark are late. Changing it keeps the state: the stored watermark never goes back, so a longer lateness takes effect as event time moves on."`
+	IdleTimeout time.Duration  `yaml:"idle_timeout" default:"5s" doc:"Live mode: a partition quiet this long advances its watermark with the wall clock. 0 disables."`
+	MaxFuture   time.Duration  `yaml:"max_future" default:"1s" doc:"Records stamped further than this ahead of the clock are rejected (reason future). At most lateness: a record max_future ahead moves the watermark to at most the clock + max_future - lateness, so trades less than lateness - max_future behind the clock are never late. 0 disables."`
+	MaxIdle     time.Duration  `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever. Changing it keeps the state and decides from then on."`
+	Dedupe      bool           `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
+	GapFill     bool           `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
+	Output      Output         `yaml:"output" doc:"Topic the closed candles (kind silence: the events) are written to. Default: <topology>.<processor>."`
+	Levels      []SilenceLevel `yaml:"levels" doc:"Kind silence: the levels of a device's silence, each fired once per silence (at least one)."`
+	Carry       []string       `yaml:"carry" doc:"Kind silence: fields of a device's latest reading copied into its events (e.g. owner), named by their last path element."`
+	RetireField string         `yaml:"retire_field" default:"retired" doc:"Kind silence: a reading whose field of this name is true retires the device: its timers and state are deleted, no event is emitted. Empty: devices are never retired."`
+	// ReviseWithin is the revision horizon (kind candles; its rollups
+	// inherit it, see Topology.ReviseWithin). 0: off.
+	ReviseWithin time.Duration `yaml:"revise_within" default:"0s" doc:"Kind candles: the revision horizon. A trade late for its window (the watermark passed it) whose window closed less than this before the watermark updates that window, and the candle is emitted again with rev one higher (the first final has rev 0; consumers keep the highest rev of each window); cancels and corrections of trades inside it do the same. Older trades are dead-lettered late as without it. The trades of every window inside the horizon are kept in state. Every rollup built from the processor inherits it and revises its windows from the revised candles. At most 24h. 0: off (no revisions, no kept windows)."`
 
 	loc *time.Location   // resolved Zone, set by Parse
 	tf  candle.Timeframe // parsed Timeframe with loc, set by Parse
