@@ -133,13 +133,14 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 	for _, f := range fp.Fields {
 		inFP[strings.TrimPrefix(f.Name, "fields.")] = true
 	}
+	// revise_within: listed when set, a rule (TestFingerprintReviseWithin).
+	inFP["revise_within"] = true
 	inFP["zone"] = true   // only for day, week and month windows
 	inFP["from"] = true   // as "input" (source) or the "from." chain (rollup)
 	inFP["topic"] = true  // as "input"
 	inFP["values"] = true // as "fields.values" when a source lists them
 	inFP["side"] = true   // as "fields.side" when a source maps it
 	inFP["buyer_maker"] = true
-	inFP["revise_within"] = true // as revise_within when set, a rule (TestFingerprintReviseWithin)
 	inFP["stream"] = true
 	compatible := map[string]string{
 		"idle_timeout":      "when a live partition moves on, not what a window holds",
