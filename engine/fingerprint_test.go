@@ -105,11 +105,12 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 	// written before the watermark was stored.
 	writeVersion1(t, f, orig)
 
-	// A compatible edit: the rules of c1m. The longer lateness holds c1m's
+	// A compatible edit: the rules of c1m, the revision horizon turned on
+	// included (c1m's rollups inherit it). The longer lateness holds c1m's
 	// stored watermark still until event time catches up (the input
 	// disorder is within both latenesses, so the replay under the new
 	// settings is what an uninterrupted run gives).
-	f.top = f.reparse("lateness: 2s, output: {topic: c.1m", "lateness: 5s, max_idle: 30m, idle_timeout: 1h, max_future: 2s, output: {topic: c.1m")
+	f.top = f.reparse("lateness: 2s, output: {topic: c.1m", "lateness: 5s, max_idle: 30m, idle_timeout: 1h, max_future: 2s, revise_within: 1h, output: {topic: c.1m")
 	f.produce(3000, 2, next, end.Sub(next))
 	f.clock = clockAt(end)
 	r = f.start(dir, "a")
@@ -123,6 +124,9 @@ func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
 		now, _ := f.top.Fingerprint(name)
 		if got := stored[name]; len(now.Changes(got)) != 0 || len(now.CompatibleChanges(got)) != 0 {
 			t.Errorf("after the rule edit %s's recorded fingerprint is %s, want %s", name, got.Encode(), now.Encode())
+		}
+		if horizon := strings.Contains(string(stored[name].Encode()), `["revise_within","1h0m0s"]`); horizon != (name != "d5m") {
+			t.Errorf("%s's recorded fingerprint lists the revision horizon: %v, want %v: %s", name, horizon, name != "d5m", stored[name].Encode())
 		}
 	}
 	if d, ok := stored["c1m"].StateLateness(); !ok || d != 2*time.Second {

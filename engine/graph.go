@@ -44,7 +44,8 @@ func (s *stageSpec) newProcessor(live bool, clock processors.Clock) (processor, 
 // kind.
 func (s *stageSpec) partition(live bool, clock processors.Clock) *Partition {
 	return &Partition{Name: s.Name, Processor: s.Processor, Source: s.Source, Decoder: s.decoder,
-		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups, Live: live, Clock: clock, StateLateness: s.stateLateness}
+		Timeframe: s.Timeframe, From: s.from, Rollups: s.rollups, Live: live, Clock: clock, StateLateness: s.stateLateness,
+		ReviseWithin: s.Stage.ReviseWithin}
 }
 
 // kinesisSource returns the source of a stage that reads a Kinesis stream,

@@ -42,6 +42,11 @@ type Partition struct {
 	// replays and `kandle test` run with it off.
 	Live  bool
 	Clock processors.Clock
+	// ReviseWithin is the revision horizon of the stage
+	// (topology.Stage.ReviseWithin): processors.CandleConfig.ReviseWithin
+	// for a candles processor, processors.RollupConfig.ReviseWithin for a
+	// rollup. 0: no revisions.
+	ReviseWithin time.Duration
 	// StateLateness is the lateness the stored state was written under
 	// when it is older than the stored watermark (processors.CandleConfig);
 	// nil: the processor's.
@@ -129,7 +134,7 @@ func newCandles(b *Partition) (processor, error) {
 		}, processors.CandleConfig{
 			Timeframe: b.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
 			MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, GapFill: p.GapFill, Live: b.Live, Rollups: b.Rollups,
-			StateLateness: b.StateLateness,
+			StateLateness: b.StateLateness, ReviseWithin: b.ReviseWithin,
 		}, b.Clock)
 	}
 	dec, err := processors.NewDecoder(b.Decoder)
@@ -140,12 +145,13 @@ func newCandles(b *Partition) (processor, error) {
 		Timeframe: b.Timeframe, Lateness: p.Lateness, IdleTimeout: p.IdleTimeout,
 		MaxFuture: p.MaxFuture, MaxIdle: p.MaxIdle, Dedupe: p.Dedupe, GapFill: p.GapFill,
 		Live: b.Live, Decoder: dec, Rollups: b.Rollups, StateLateness: b.StateLateness,
+		ReviseWithin: b.ReviseWithin,
 	}, b.Clock)
 }
 
 // newRollup builds a rollup of the upstream processor's candles.
 func newRollup(b *Partition) (processor, error) {
-	return processors.NewRollup(processors.RollupConfig{From: b.From, To: b.Timeframe})
+	return processors.NewRollup(processors.RollupConfig{From: b.From, To: b.Timeframe, ReviseWithin: b.ReviseWithin})
 }
 
 // newSilence builds a silence processor from the source's fields and the

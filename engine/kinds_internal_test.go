@@ -3,6 +3,7 @@ package engine
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kandle/kandle/processors"
 	"github.com/kandle/kandle/topology"
@@ -82,5 +83,50 @@ processors:
 	_, err = resharderOf(g.byName["p"])
 	if err == nil || !strings.Contains(err.Error(), "kind plain cannot follow a Kinesis split or merge") || !strings.Contains(err.Error(), "engine.ReshardingKind") {
 		t.Fatalf("kind without a resharder: %v", err)
+	}
+}
+
+// revTopology has a candles processor with a revision horizon and two
+// rollups above it, and one without a horizon with a rollup.
+const revTopology = `
+name: rev
+brokers: embedded
+sources:
+  trades: {topic: trades}
+processors:
+  1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 90m}
+  5m: {kind: rollup, from: 1m, timeframe: 5m}
+  1d: {kind: rollup, from: 5m, timeframe: 1d}
+  plain: {kind: candles, from: trades, timeframe: 1m, output: {topic: plain}}
+  plain5m: {kind: rollup, from: plain, timeframe: 5m}
+`
+
+// revGraph is the graph of revTopology.
+func revGraph(t *testing.T) *graph {
+	t.Helper()
+	top, err := topology.Parse("rev.yaml", []byte(revTopology), topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := buildGraph(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// TestPartitionCarriesTheRevisionHorizon: a candles processor's processors
+// get its revise_within, and every rollup above it the same horizon (the
+// configs kinds.go builds take it from the Partition); without one, none.
+func TestPartitionCarriesTheRevisionHorizon(t *testing.T) {
+	g := revGraph(t)
+	want := map[string]time.Duration{"1m": 90 * time.Minute, "5m": 90 * time.Minute, "1d": 90 * time.Minute, "plain": 0, "plain5m": 0}
+	for _, s := range g.stages {
+		if got := s.partition(false, nil).ReviseWithin; got != want[s.Name] {
+			t.Errorf("stage %s: Partition.ReviseWithin %v, want %v", s.Name, got, want[s.Name])
+		}
+		if _, err := s.newProcessor(false, processors.FixedClock{}); err != nil {
+			t.Errorf("stage %s: %v", s.Name, err)
+		}
 	}
 }

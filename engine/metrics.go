@@ -10,6 +10,7 @@ type metrics struct {
 	records         *prometheus.CounterVec   // stage, result
 	rejected        *prometheus.CounterVec   // stage, reason
 	candles         *prometheus.CounterVec   // stage, timeframe
+	revisions       *prometheus.CounterVec   // stage, timeframe (revisions.go)
 	events          *prometheus.CounterVec   // stage (silence events)
 	watermark       *prometheus.GaugeVec     // stage, partition (ms)
 	transactions    *prometheus.CounterVec   // stage, result
@@ -36,6 +37,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Records sent to the dead-letter topic, by stage and reason code."}, []string{"stage", "reason"}),
 		candles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_candles_total",
 			Help: "Closed candles emitted, by stage and timeframe."}, []string{"stage", "timeframe"}),
+		revisions: newRevisionsMetric(),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_events_total",
 			Help: "Events (silence levels and recoveries) emitted, by stage."}, []string{"stage"}),
 		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_watermark_ms",
@@ -75,6 +77,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
+	if err := reg.Register(m.revisions); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -101,6 +106,7 @@ func (m *metrics) zero(e *Engine) {
 		if s.Facts.Name == "silence" {
 			m.events.WithLabelValues(s.Name)
 		}
+		m.zeroRevisions(s)
 	}
 	for name := range e.top.Sinks {
 		if e.runs(name) {

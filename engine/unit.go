@@ -344,6 +344,7 @@ func (em *emitter) emit(ctx context.Context, out *processors.Output, slab *outSl
 			em.candles = em.e.m.candles.WithLabelValues(em.spec.Name, em.spec.Timeframe.String())
 		})
 		em.candles.Add(float64(n))
+		countRevisions(em.e.m, em.spec, out.Candles)
 	}
 	for i := range out.Rejected {
 		r := &out.Rejected[i]

@@ -47,6 +47,14 @@ import (
 // dedupe ids, its last trade time. They are recorded so that `kandle plan`
 // can show a change against the brokers.
 //
+// The revision horizon (revise_within) is a rule too, listed only when set
+// so that a topology without revisions keeps its fingerprint: a candles
+// processor lists its own, a rollup the one it inherits from the bottom of
+// its chain. It decides which windows keep their trades from now on and
+// whether late trades become revisions or dead letters, not what the
+// candles already emitted mean; ReviseWhy says what turning it on,
+// changing it or turning it off does.
+//
 // For a silence processor it is its input, key and time fields and the
 // names of its levels in order (their delays and actions may change). A
 // registered kind lists its own, after the kind (ProcessorKind.Fingerprint).
@@ -97,8 +105,41 @@ func RuleWhy(name string) string {
 		return "decides when an idle live partition follows the clock from now on"
 	case "max_future":
 		return "decides which records are too far ahead of the clock from now on"
+	case ReviseWithinField:
+		return "decides from now on how long closed windows keep their trades for revisions"
 	}
 	return ""
+}
+
+// ReviseWithinField is the fingerprint field of the revision horizon of a
+// candles processor, and of the one a rollup inherits from the bottom of
+// its chain. It is listed only when set, so that a topology without
+// revisions keeps its fingerprint.
+const ReviseWithinField = "revise_within"
+
+// ReviseWhy says, in words, what changing the revision horizon from old to
+// new (canonical durations, "" for off) does to a running processor: its
+// state is kept, and what it keeps and emits changes from now on.
+func ReviseWhy(old, new string) string {
+	switch {
+	case old == "" && new == "":
+		return ""
+	case old == "":
+		return "revisions on: windows that close from now on keep their trades in state for " + new +
+			"; a late trade, cancel or correction inside that horizon re-emits its window on the output topic with rev raised by one" +
+			" (and every rollup above re-emits the windows whose values change) instead of a late dead letter; trades older than it stay dead letters (late)"
+	case new == "":
+		return "revisions off: the kept windows are dropped from state; late trades are dead-lettered (late) again and no candle is emitted with a rev above 0"
+	}
+	return "windows that close from now on keep their trades for " + new + " instead of " + old +
+		"; late trades inside it become revisions (rev raised by one), older ones dead letters (late)"
+}
+
+// reviseWithin adds the revision horizon that applies to p, when set.
+func (f *FingerprintFields) reviseWithin(p *Processor) {
+	if h := f.t.ReviseWithin(p); h > 0 {
+		f.Add(ReviseWithinField, canonicalDuration(h))
+	}
 }
 
 // rule returns the rule a fingerprint field name (maybe under "from.")
@@ -247,6 +288,9 @@ func (f Fingerprint) changes(old Fingerprint) (incompatible, compatible []FieldC
 		c := FieldChange{Name: fl.Name, Old: o, New: fl.Value}
 		if r := rule(fl.Name); r != "" {
 			c.Why = RuleWhy(r)
+			if r == ReviseWithinField {
+				c.Why = ReviseWhy(o, fl.Value)
+			}
 			compatible = append(compatible, c)
 			continue
 		}
@@ -257,6 +301,11 @@ func (f Fingerprint) changes(old Fingerprint) (incompatible, compatible []FieldC
 		incompatible = append(incompatible, c)
 	}
 	for _, fl := range old.Fields {
+		if !seen[fl.Name] && fl.Name == ReviseWithinField {
+			// Turned off (listed only when set).
+			compatible = append(compatible, FieldChange{Name: fl.Name, Old: fl.Value, Why: ReviseWhy(fl.Value, "")})
+			continue
+		}
 		if !seen[fl.Name] && rule(fl.Name) != "" {
 			continue // a version 1 record's rule under "from.": no longer listed
 		}

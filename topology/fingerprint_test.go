@@ -137,6 +137,8 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 	for _, f := range fp.Fields {
 		inFP[strings.TrimPrefix(f.Name, "fields.")] = true
 	}
+	// revise_within: listed when set, a rule (TestFingerprintReviseWithin).
+	inFP["revise_within"] = true
 	inFP["zone"] = true   // only for day, week and month windows
 	inFP["from"] = true   // as "input" (source) or the "from." chain (rollup)
 	inFP["topic"] = true  // as "input"
@@ -343,5 +345,67 @@ func TestFingerprintRules(t *testing.T) {
 	// Carried on again by the next record.
 	if d, ok := c1m.Carry(back).StateLateness(); !ok || d != 2*time.Second {
 		t.Errorf("state lateness not carried on: %v %v", d, ok)
+	}
+}
+
+// The revision horizon is listed only when set, so a topology without it
+// keeps its fingerprint; a candles processor lists its own and every rollup
+// above it the one it inherits. Turning it on, changing it or turning it
+// off is a compatible change whose why says what it changes.
+func TestFingerprintReviseWithin(t *testing.T) {
+	base := parseFP(t, fpBase)
+	zero := parseFP(t, strings.Replace(fpBase, "timeframe: 1m}", "timeframe: 1m, revise_within: 0s}", 1))
+	on := parseFP(t, strings.Replace(fpBase, "timeframe: 1m}", "timeframe: 1m, revise_within: 1h}", 1))
+	longer := parseFP(t, strings.Replace(fpBase, "timeframe: 1m}", "timeframe: 1m, revise_within: 120m}", 1))
+	fp := func(top *Topology, name string) Fingerprint {
+		t.Helper()
+		f, err := top.Fingerprint(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, st := range on.Stages() {
+		if st.ReviseWithin != time.Hour {
+			t.Errorf("stage %s: ReviseWithin %v, want the 1h of c1m", st.Name, st.ReviseWithin)
+		}
+	}
+	for _, st := range base.Stages() {
+		if st.ReviseWithin != 0 {
+			t.Errorf("stage %s without a horizon: ReviseWithin %v", st.Name, st.ReviseWithin)
+		}
+	}
+	for _, name := range []string{"c1m", "c5m", "c1d"} {
+		if b, z := fp(base, name).Encode(), fp(zero, name).Encode(); string(b) != string(z) {
+			t.Errorf("%s: revise_within: 0s changed the fingerprint:\n%s\n%s", name, b, z)
+		}
+		if !slices.Contains(fp(on, name).Fields, FingerprintField{Name: ReviseWithinField, Value: "1h0m0s"}) {
+			t.Errorf("%s: fingerprint with a 1h horizon does not list it: %v", name, fp(on, name).Fields)
+		}
+		for _, tc := range []struct {
+			what      string
+			from, to  *Topology
+			change    string
+			whyPrefix string
+		}{
+			{"on", base, on, "revise_within (none) → 1h0m0s", "revisions on:"},
+			{"longer", on, longer, "revise_within 1h0m0s → 2h0m0s", "windows that close from now on keep their trades for 2h0m0s instead of 1h0m0s"},
+			{"off", on, base, "revise_within 1h0m0s → (none)", "revisions off:"},
+		} {
+			of, nf := fp(tc.from, name), fp(tc.to, name)
+			if inc := nf.Changes(of); len(inc) != 0 {
+				t.Errorf("%s %s: incompatible %v, want the state kept", name, tc.what, inc)
+			}
+			comp := nf.CompatibleChanges(of)
+			if len(comp) != 1 || comp[0].String() != tc.change || !strings.HasPrefix(comp[0].Why, tc.whyPrefix) {
+				t.Errorf("%s %s: compatible %v, want one change %q with a why starting %q", name, tc.what, comp, tc.change, tc.whyPrefix)
+			}
+		}
+	}
+	why := ReviseWhy("", "1h0m0s")
+	for _, says := range []string{"keep their trades in state", "rev raised by one", "instead of a late dead letter", "rollup"} {
+		if !strings.Contains(why, says) {
+			t.Errorf("turning revisions on: the why %q does not say %q", why, says)
+		}
 	}
 }

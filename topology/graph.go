@@ -27,6 +27,10 @@ type Stage struct {
 	// Timeframe is the processor's timeframe in its zone (zero when the
 	// kind has none).
 	Timeframe candle.Timeframe
+	// ReviseWithin is the revision horizon that applies to the processor:
+	// its own (kind candles), or that of the candles processor at the
+	// bottom of its chain (kind rollup). 0: no revisions.
+	ReviseWithin time.Duration
 }
 
 // Stages returns the processors in dependency order: every rollup after the
@@ -45,7 +49,7 @@ func (t *Topology) Stages() []Stage {
 			visit(p.From, depth+1)
 		}
 		done[name] = true
-		st := Stage{Name: name, Processor: p, Input: p.From, Timeframe: t.TimeframeOf(p)}
+		st := Stage{Name: name, Processor: p, Input: p.From, Timeframe: t.TimeframeOf(p), ReviseWithin: t.ReviseWithin(p)}
 		if k, ok := t.KindOf(p); ok {
 			st.Kind, st.Facts = k, k.Facts()
 		}

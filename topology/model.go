@@ -135,6 +135,9 @@ type Processor struct {
 	Levels      []SilenceLevel `yaml:"levels" doc:"Kind silence: the levels of a device's silence, each fired once per silence (at least one)."`
 	Carry       []string       `yaml:"carry" doc:"Kind silence: fields of a device's latest reading copied into its events (e.g. owner), named by their last path element."`
 	RetireField string         `yaml:"retire_field" default:"retired" doc:"Kind silence: a reading whose field of this name is true retires the device: its timers and state are deleted, no event is emitted. Empty: devices are never retired."`
+	// ReviseWithin is the revision horizon (kind candles; its rollups
+	// inherit it, see Topology.ReviseWithin). 0: off.
+	ReviseWithin time.Duration `yaml:"revise_within" default:"0s" doc:"Kind candles: the revision horizon. A trade late for its window (the watermark passed it) whose window closed less than this before the watermark updates that window, and the candle is emitted again with rev one higher (the first final has rev 0; consumers keep the highest rev of each window); cancels and corrections of trades inside it do the same. Older trades are dead-lettered late as without it. The trades of every window inside the horizon are kept in state. Every rollup built from the processor inherits it and revises its windows from the revised candles. At most 24h. 0: off (no revisions, no kept windows)."`
 
 	loc *time.Location   // resolved Zone, set by Parse
 	tf  candle.Timeframe // parsed Timeframe with loc, set by Parse

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -190,6 +191,47 @@ func (candlesKind) Validate(c *ProcessorCheck, p *Processor) {
 	if p.MaxFuture > 0 && p.MaxFuture > p.Lateness {
 		c.Report(c.At("max_future"), "%s.max_future: %s is more than lateness (%s): one record stamped max_future ahead of the clock would move the watermark past the clock and make on-time trades late; keep max_future at most lateness (defaults: 1s and 2s) or set max_future: 0s to turn the guard off", c.Path(), p.MaxFuture, p.Lateness)
 	}
+	// A negative horizon is refused by the decoder, as every negative
+	// duration. There is no lower bound against lateness: the horizon is
+	// measured from the watermark, which already trails the newest event
+	// time by lateness, so any positive horizon only adds to what lateness
+	// accepts (a trade counts, on time or as a revision, when its window
+	// closes after max event time - lateness - revise_within); a horizon
+	// shorter than lateness is still meaningful, merely small.
+	if p.ReviseWithin > MaxReviseWithin {
+		n := c.At("revise_within")
+		c.Report(n, "%s.revise_within: %s is more than 24h: the trades of every window inside the horizon are kept in state, so a longer one grows the state (and its restores) without bound; keep it at most 24h (e.g. 1h) and correct older history with kandle replay", c.Path(), n.Value)
+	}
+}
+
+// MaxReviseWithin is the longest revision horizon a candles processor may
+// set (the messages say 24h): every trade of every window inside it is
+// kept in state.
+const MaxReviseWithin = 24 * time.Hour
+
+// ReviseWithin returns the revision horizon that applies to p: its own for
+// a candles processor, that of the candles processor at the bottom of its
+// chain for a rollup (0: no revisions).
+func (t *Topology) ReviseWithin(p *Processor) time.Duration {
+	_, root := t.chainRoot(p)
+	if root == nil || root.Kind != "candles" || root.ReviseWithin < 0 {
+		return 0
+	}
+	return root.ReviseWithin
+}
+
+// chainRoot returns the processor at the bottom of p's rollup chain and its
+// name: p itself (name "") when it reads a source, nil for a cycle.
+func (t *Topology) chainRoot(p *Processor) (string, *Processor) {
+	name := ""
+	for range len(t.Processors) + 1 {
+		up := t.upstream(p)
+		if up == nil {
+			return name, p
+		}
+		name, p = p.From, up
+	}
+	return "", nil // a cycle: Parse rejects these
 }
 
 func (candlesKind) Fingerprint(f *FingerprintFields, p *Processor) error {
@@ -224,6 +266,7 @@ func (candlesKind) Fingerprint(f *FingerprintFields, p *Processor) error {
 		// does not depend on them.
 		f.Add("lateness", canonicalDuration(p.Lateness))
 		f.Add("max_idle", canonicalDuration(p.MaxIdle))
+		f.reviseWithin(p)
 		// A rollup's state does not depend on its siblings.
 		f.Add(quietMarksField, f.t.quietMarks(p))
 	}
@@ -249,6 +292,9 @@ func (rollupKind) Fingerprint(f *FingerprintFields, p *Processor) error {
 		return errUnknownProcessor(p.From)
 	}
 	f.Add("input", "kafka topic "+up.Output.Topic)
+	if f.Own() {
+		f.reviseWithin(p)
+	}
 	return f.Upstream(up)
 }
 

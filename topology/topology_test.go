@@ -128,6 +128,9 @@ func TestCryptoDefaults(t *testing.T) {
 		if (st.Source == nil) == (st.Upstream == nil) {
 			t.Errorf("stage %s: want exactly one of Source and Upstream", st.Name)
 		}
+		if st.ReviseWithin != time.Hour {
+			t.Errorf("stage %s: revision horizon %v, want the shipped 1h of 1m", st.Name, st.ReviseWithin)
+		}
 	}
 	if got := strings.Join(names, " "); got != "1m<trades 5m<1m 15m<5m 1h<15m 4h<1h 1d<4h 1w<1d 1M<1d" {
 		t.Fatalf("stages: %s", got)

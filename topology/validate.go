@@ -197,6 +197,9 @@ func (c *checker) processors() {
 		if known {
 			kind.Validate(&ProcessorCheck{c: c, name: name}, p)
 		}
+		if known && p.ReviseWithin != 0 && facts.Name != "candles" {
+			c.reviseElsewhere(name, p, facts)
+		}
 		if !facts.Levels && len(p.Levels)+len(p.Carry) > 0 {
 			c.report(c.at("processors", name, "levels"), "%s: levels and carry belong to kind silence, not %s", path, p.Kind)
 		}
@@ -234,6 +237,21 @@ func (c *checker) processors() {
 	if dl := t.DeadLetter; dl.Partitions < 1 {
 		c.report(c.at("dead_letter", "partitions"), "dead_letter.partitions: %d is less than 1 (a topic needs at least one partition)", dl.Partitions)
 	}
+}
+
+// reviseElsewhere reports revise_within on a processor that is not of kind
+// candles: a rollup inherits the horizon of the bottom of its chain.
+func (c *checker) reviseElsewhere(name string, p *Processor, facts KindFacts) {
+	path := "processors." + name + ".revise_within"
+	if !facts.FromProcessor {
+		c.report(c.at("processors", name, "revise_within"), "%s: kind %s has no windows to revise (remove revise_within)", path, p.Kind)
+		return
+	}
+	if root, rp := c.t.chainRoot(p); rp != nil && root != "" {
+		c.report(c.at("processors", name, "revise_within"), "%s: a rollup revises its windows with the horizon of the candles processor at the bottom of its chain; set revise_within on processors.%s and remove it here", path, root)
+		return
+	}
+	c.report(c.at("processors", name, "revise_within"), "%s: a rollup revises its windows with the horizon of the candles processor at the bottom of its chain; set revise_within there and remove it here", path)
 }
 
 // suggest returns " (did you mean x?)" or a list of the names that exist.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -217,6 +218,9 @@ func printCandles(ctx context.Context, e *env, t *topology.Topology, seeds []str
 			gap, takerBuy := "", "-" // "-": the source maps no aggressor side
 			if c.Gap {
 				gap = " gap"
+			}
+			if c.Rev > 0 { // a revision of a closed window (revise_within)
+				gap += " rev " + strconv.FormatUint(uint64(c.Rev), 10)
 			}
 			if c.Taker {
 				takerBuy = c.TakerBuyVolume.String()

@@ -25,8 +25,9 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 			"  new      no state yet: it starts empty and reads its input from the earliest retained record;\n"+
 			"  dropped  no longer in NEW: its state and consumer group stay unused until you delete them.\n"+
 			"OUTPUT says whether its candles change from then on. Rules (lateness, max_idle, idle_timeout,\n"+
-			"max_future) decide from now on and keep the state, with why; other compatible edits (output topic,\n"+
-			"symbols, key_check, sinks, a rollup removed) are listed and keep it too.\n\n"+
+			"max_future, revise_within) decide from now on and keep the state, with why; other compatible edits\n"+
+			"(output topic, symbols, key_check, sinks, a rollup removed) are listed and keep it too. Turning the\n"+
+			"revision horizon on, changing or turning it off shows on the candles processor and every rollup above it.\n\n"+
 			"With --against OLD it compares two topology files and needs no broker. Without it, it compares NEW\n"+
 			"with the fingerprints the running group recorded on the brokers (topic <name>.fingerprints).")
 	top := topologyFlag(fs)
@@ -113,6 +114,9 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 				r.why = append(r.why, c.String())
 			}
 			for _, c := range fp.CompatibleChanges(was) {
+				if c.Name == topology.ReviseWithinField && st.Facts.FromProcessor {
+					c.Why = inheritedRevise(c)
+				}
 				r.why = append(r.why, compatible(c))
 			}
 			if r.state == "rebuild" {
@@ -134,6 +138,9 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 			if op := old.Processors[name].Output.Topic; op != p.Output.Topic {
 				r.output += ", was " + op
 			}
+		}
+		if ok && r.state == "kept" {
+			r.output = revisionsOutput(r.output, fp.CompatibleChanges(was))
 		}
 		rows = append(rows, r)
 	}
@@ -165,6 +172,41 @@ func onlyQuietMarks(cs []topology.FieldChange) bool {
 		}
 	}
 	return len(cs) > 0
+}
+
+// revisionsOutput adds to a kept processor's OUTPUT what a change of its
+// revision horizon changes in it: its windows stay the same, and closed
+// ones are emitted again with a higher rev from now on (or no longer).
+func revisionsOutput(output string, cs []topology.FieldChange) string {
+	for _, c := range cs {
+		if c.Name != topology.ReviseWithinField {
+			continue
+		}
+		note := "revisions within " + c.New + " from now on"
+		switch {
+		case c.Old == "":
+			note = "revisions from now on"
+		case c.New == "":
+			note = "no revisions from now on"
+		}
+		if base, ok := strings.CutSuffix(output, ")"); ok && strings.Contains(base, " (") {
+			return base + ", " + note + ")"
+		}
+		return output + " (" + note + ")"
+	}
+	return output
+}
+
+// inheritedRevise says what a change of the revision horizon a rollup
+// inherits does to it (the candles processor's row says the rest).
+func inheritedRevise(c topology.FieldChange) string {
+	switch {
+	case c.Old == "":
+		return "inherited: a window whose sub-candles are revised is recomputed from their newest revisions and emitted again with rev raised by one when a value changes"
+	case c.New == "":
+		return "inherited: no revisions from now on"
+	}
+	return "inherited: revisions within " + c.New + " from now on"
 }
 
 // compatible says a change keeps the state: "lateness 2s → 5s (kept:

@@ -126,6 +126,61 @@ func TestPlanRuleChangesKeepState(t *testing.T) {
 	}
 }
 
+// Turning the revision horizon on (or off) keeps every state and says, on
+// the candles processor and on every rollup above it, what changes: late
+// trades inside the horizon become revisions with a rev on the output
+// topic instead of dead letters, windows keep their trades in state.
+func TestPlanRevisionHorizon(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := realMain(context.Background(), []string{"plan", "-check", "-t", "testdata/plan/revise.yaml", "--against", "testdata/plan/old.yaml"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	golden(t, "revise_against_file.golden", out.String())
+	for _, tc := range []struct {
+		cur, old, output string
+		why              []string
+	}{
+		{"revise.yaml", "old.yaml", "(same windows, revisions from now on)", []string{"revisions on", "keep their trades in state for 1h0m0s", "rev raised by one", "instead of a late dead letter"}},
+		{"old.yaml", "revise.yaml", "(same windows, no revisions from now on)", []string{"revisions off", "dead-lettered (late) again"}},
+	} {
+		cur, err := loadTopology("testdata/plan/" + tc.cur)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := loadTopology("testdata/plan/" + tc.old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := plan(cur, old, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chain := map[string]bool{"1m": true, "5m": true, "1h": true, "1d": true}
+		for _, r := range rows {
+			if r.state != "kept" {
+				t.Errorf("%s against %s: %s is %s (%v), want kept", tc.cur, tc.old, r.name, r.state, r.why)
+			}
+			if !chain[r.name] {
+				if len(r.why) != 0 {
+					t.Errorf("%s against %s: %s is not in the revised chain but changes: %v", tc.cur, tc.old, r.name, r.why)
+				}
+				continue
+			}
+			if !strings.HasSuffix(r.output, tc.output) || len(r.why) != 1 || !strings.HasPrefix(r.why[0], "revise_within ") {
+				t.Errorf("%s against %s: %s output %q why %q, want output ending %q and one revise_within change", tc.cur, tc.old, r.name, r.output, r.why, tc.output)
+				continue
+			}
+			if r.name == "1m" {
+				for _, w := range tc.why {
+					if !strings.Contains(r.why[0], w) {
+						t.Errorf("%s against %s: 1m's why %q does not say %q", tc.cur, tc.old, r.why[0], w)
+					}
+				}
+			}
+		}
+	}
+}
+
 // kandle plan -t NEW against a running group: the fingerprints its
 // processors recorded on the broker.
 func TestPlanAgainstBroker(t *testing.T) {

@@ -56,12 +56,36 @@
 // open_time, close_time (RFC 3339 or epoch ms), open, high, low, close,
 // volume, quote_volume (exact decimals: "1" equals "1.0"), trades, gap,
 // taker_buy_base_volume, taker_buy_quote_volume (null: the candle has none)
-// and first_trade_id, last_trade_id (null: none) for candles; stage, reason, partition, offset, key and detail (a substring)
+// first_trade_id, last_trade_id (null: none) and rev for candles; stage, reason, partition, offset, key and detail (a substring)
 // for dead letters. Only the processors listed under expect are checked, and
 // dead letters only when dead_letters is listed (write `dead_letters: []` to
 // assert there are none). With expect_exactly (the default) a checked list
 // must match the produced one line for line; with expect_exactly: false the
 // expectations need only appear in that order among what was produced.
+//
+// Revisions: with revise_within set on a candles processor, a late trade
+// is simply a record whose event time falls in a window the watermark has
+// passed, fed after the records that moved the watermark; a cancel or a
+// correction is a record with the source's action field (and the trade id
+// it takes back; a correction with its new price and qty). The window is
+// then emitted again, after the record that next moves the watermark, and
+// its expectation gives the revision it must carry (rev 0 is the first
+// final, each revision one more):
+//
+//	input:
+//	  trades:
+//	    - records:
+//	        - {symbol: BTC, ts: "2026-01-01T00:00:30Z", price: "100", qty: "1", trade_id: 1}
+//	        - {symbol: BTC, ts: "2026-01-01T00:01:30Z", price: "101", qty: "1", trade_id: 2}  # closes 00:00
+//	        - {symbol: BTC, ts: "2026-01-01T00:00:40Z", price: "105", qty: "1", trade_id: 3}  # late, inside the horizon
+//	        - {symbol: BTC, ts: "2026-01-01T00:01:40Z", price: "101", qty: "1", trade_id: 4}  # moves the watermark
+//	expect:
+//	  1m:
+//	    - {symbol: BTC, open_time: "2026-01-01T00:00:00Z", high: "100", rev: 0}
+//	    - {symbol: BTC, open_time: "2026-01-01T00:00:00Z", high: "105", trades: 2, rev: 1}
+//
+// An expectation without rev matches any revision, as any other field left
+// out; with expect_exactly every revision produced must be listed.
 //
 // A processor that panics on a record is treated as kandle run treats it:
 // its state is rebuilt as of before the record and the record given again;

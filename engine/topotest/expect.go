@@ -32,6 +32,7 @@ const (
 	fTakerQuote
 	fFirstID
 	fLastID
+	fRev
 )
 
 var candleFields = map[string]int{
@@ -39,7 +40,7 @@ var candleFields = map[string]int{
 	"open": fOpen, "high": fHigh, "low": fLow, "close": fClose, "volume": fVolume,
 	"quote_volume": fQuoteVolume, "trades": fTrades, "gap": fGap,
 	"taker_buy_base_volume": fTakerBase, "taker_buy_quote_volume": fTakerQuote,
-	"first_trade_id": fFirstID, "last_trade_id": fLastID,
+	"first_trade_id": fFirstID, "last_trade_id": fLastID, "rev": fRev,
 }
 
 // wantCandle is an expected candle: the fields in set are compared.
@@ -94,6 +95,12 @@ func parseWantCandle(n *yaml.Node) (wantCandle, error) {
 			if w.c.Trades, err = strconv.ParseInt(v.Value, 10, 64); err != nil || w.c.Trades < 0 {
 				err = errAt(v, "trades must be a whole number ≥ 0, not %q", v.Value)
 			}
+		case fRev:
+			var rev uint64
+			if rev, err = strconv.ParseUint(v.Value, 10, 32); err != nil {
+				err = errAt(v, "rev must be a whole number ≥ 0 (0: the first final of the window, then one more per revision), not %q", v.Value)
+			}
+			w.c.Rev = uint32(rev)
 		case fGap:
 			if w.c.Gap, err = strconv.ParseBool(strings.ToLower(v.Value)); err != nil {
 				err = errAt(v, "gap must be true or false, not %q", v.Value)
@@ -167,6 +174,7 @@ func (w *wantCandle) mismatches(got *candle.Candle) []string {
 	}
 	add(fTrades, "trades", strconv.FormatInt(c.Trades, 10), strconv.FormatInt(got.Trades, 10), c.Trades == got.Trades)
 	add(fGap, "gap", strconv.FormatBool(c.Gap), strconv.FormatBool(got.Gap), c.Gap == got.Gap)
+	add(fRev, "rev", strconv.FormatUint(uint64(c.Rev), 10), strconv.FormatUint(uint64(got.Rev), 10), c.Rev == got.Rev)
 	taker := func(has bool, s decimal.Sum) string {
 		if !has {
 			return "null"
@@ -222,6 +230,7 @@ func (w *wantCandle) String() string {
 	opt(fTakerQuote, "tq="+c.TakerBuyQuoteVolume.String())
 	opt(fFirstID, "first_id="+c.FirstTradeID)
 	opt(fLastID, "last_id="+c.LastTradeID)
+	opt(fRev, "rev="+strconv.FormatUint(uint64(c.Rev), 10))
 	if s&fGap != 0 {
 		if c.Gap {
 			parts = append(parts, "gap")
@@ -244,6 +253,9 @@ func formatCandle(c *candle.Candle) string {
 	}
 	if c.Gap {
 		s += " gap"
+	}
+	if c.Rev > 0 {
+		s += fmt.Sprintf(" rev=%d", c.Rev)
 	}
 	return s
 }

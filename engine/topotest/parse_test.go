@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
 )
 
 func TestRecordJSONKeepsYAMLText(t *testing.T) {
@@ -127,6 +130,45 @@ func TestRecordKeyDefaultsToKeyField(t *testing.T) {
 		}
 		if got != c.want {
 			t.Errorf("recordKey(%s, %q) = %s, want %s", c.value, c.field, got, c.want)
+		}
+	}
+}
+
+// An expected candle may give rev: it is compared like any other field,
+// and the report shows the revision of what was produced.
+func TestExpectedRevIsCompared(t *testing.T) {
+	var n yaml.Node
+	if err := yaml.Unmarshal([]byte(`{symbol: BTC, open_time: "2026-01-01T00:00:00Z", high: "105", rev: 1}`), &n); err != nil {
+		t.Fatal(err)
+	}
+	w, err := parseWantCandle(n.Content[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := candle.Candle{Symbol: "BTC", OpenTime: w.c.OpenTime, High: decimal.MustParse("105")}
+	if mm := w.mismatches(&got); len(mm) != 1 || mm[0] != "rev: want 1, got 0" {
+		t.Errorf("rev 1 against the first final: mismatches %q, want the rev named", mm)
+	}
+	got.Rev = 1
+	if !w.matches(&got) {
+		t.Errorf("rev 1 against rev 1: %q", w.mismatches(&got))
+	}
+	if s := w.String(); !strings.Contains(s, "rev=1") {
+		t.Errorf("expectation %q does not show its rev", s)
+	}
+	got.Rev = 2
+	if s := formatCandle(&got); !strings.HasSuffix(s, " rev=2") {
+		t.Errorf("produced candle %q does not show its rev", s)
+	}
+	if s := formatCandle(&candle.Candle{Symbol: "BTC"}); strings.Contains(s, "rev") {
+		t.Errorf("a first final (rev 0) shows a rev: %q", s)
+	}
+	for _, bad := range []string{`{rev: -1}`, `{rev: one}`, `{rev: 4294967296}`} {
+		if err := yaml.Unmarshal([]byte(bad), &n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parseWantCandle(n.Content[0]); err == nil || !strings.Contains(err.Error(), "rev must be a whole number") {
+			t.Errorf("%s: error %v, want one saying what rev takes", bad, err)
 		}
 	}
 }
