@@ -104,8 +104,10 @@ func TestFingerprintWhichSettingsMatter(t *testing.T) {
 			"c1m": {"fields.side"}, "c5m": {"from.fields.side"}, "c1d": {"from.from.fields.side"}}},
 		// An action field turns some records into cancels and corrections:
 		// a change of meaning, and none without one.
-		{"action mapped", "{topic: trades}", "{topic: trades, fields: {action: A}}", map[string][]string{
-			"c1m": {"fields.action"}, "c5m": {"from.fields.action"}, "c1d": {"from.from.fields.action"}}},
+		// (Cancels need a revision horizon: a rule, not listed here.)
+		{"action mapped", "{topic: trades}\nprocessors:\n  c1m: {kind: candles, from: trades, timeframe: 1m}",
+			"{topic: trades, fields: {action: A}}\nprocessors:\n  c1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 1h}", map[string][]string{
+				"c1m": {"fields.action"}, "c5m": {"from.fields.action"}, "c1d": {"from.from.fields.action"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(fpBase, tc.old) {

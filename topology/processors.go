@@ -202,6 +202,9 @@ func (candlesKind) Validate(c *ProcessorCheck, p *Processor) {
 		n := c.At("revise_within")
 		c.Report(n, "%s.revise_within: %s is more than 24h: the trades of every window inside the horizon are kept in state, so a longer one grows the state (and its restores) without bound; keep it at most 24h (e.g. 1h) and correct older history with kandle replay", c.Path(), n.Value)
 	}
+	if src := c.Topology().Sources[p.From]; src != nil && src.Fields.Action != "" && len(src.Fields.Values) == 0 && p.ReviseWithin <= 0 {
+		c.Report(c.At(), "%s: source %s maps fields.action (cancels and corrections), which needs revise_within (e.g. revise_within: 1h): only windows inside the horizon keep the trades a cancel or correction takes back", c.Path(), p.From)
+	}
 }
 
 // MaxReviseWithin is the longest revision horizon a candles processor may
