@@ -81,6 +81,7 @@ func serveOptions(ctx context.Context, e *env, t *topology.Topology, reg prometh
 	o := serve.Options{Config: c, Log: e.log, Registerer: reg, Timeframes: map[string]candle.Timeframe{}}
 	for _, name := range slices.Sorted(maps.Keys(t.Processors)) {
 		p := t.Processors[name]
+		o.ReviseWithin = max(o.ReviseWithin, t.ReviseWithin(p)) // the hot store is read this far before hot_horizon
 		if _, ok := o.Timeframes[p.Timeframe]; !ok {
 			o.Timeframes[p.Timeframe] = t.TimeframeOf(p)
 		}
