@@ -27,7 +27,9 @@
 //     sink wrote 5,200 with batches before, unloaded). On DynamoDB a
 //     conditional put costs the same write units as a batched one; the
 //     sink keeps max_in_flight × 25 puts in flight (and as many idle
-//     connections) to hide the latency.
+//     connections) to hide the latency. A sink whose processors keep no
+//     revision horizon (WithRevisions(false); kandle sets it from the
+//     topology) has nothing to order and writes candles in batches as before.
 //   - Trades, readings and events go out as BatchWriteItem calls of at most
 //     25 distinct keys (DynamoDB rejects a batch that names a key twice; the
 //     last write in a buffer wins), a bounded number in flight. UnprocessedItems, throttling

@@ -73,7 +73,7 @@ type harness struct {
 }
 
 // newSink starts a sink on cfg; wrap (optional) wraps the real client.
-func newSink(t testing.TB, cfg Config, wrap func(API) API) *harness {
+func newSink(t testing.TB, cfg Config, wrap func(API) API, opts ...Option) *harness {
 	t.Helper()
 	raw := rawClient(cfg.Endpoint)
 	client, err := NewClient(context.Background(), cfg, WithAWSConfig(testAWSConfig())) // as the sink builds it
@@ -84,7 +84,7 @@ func newSink(t testing.TB, cfg Config, wrap func(API) API) *harness {
 		client = wrap(client)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := New(context.Background(), cfg, WithClient(client), WithRegisterer(reg), WithLogger(quietLogger()))
+	s, err := New(context.Background(), cfg, append([]Option{WithClient(client), WithRegisterer(reg), WithLogger(quietLogger())}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -139,7 +139,7 @@ func (s *Sink) candleItem(c *candle.Candle) (pending, error) {
 	if ttl := s.cfg.ttlFor(c.Timeframe); ttl > 0 && t.TTLAttribute != "" {
 		item[t.TTLAttribute] = numAttr(expiry(c.CloseTime, ttl))
 	}
-	p := pending{key: pk + "\x00" + sk, item: item, c: *c, rev: c.Rev, cond: true}
+	p := pending{key: pk + "\x00" + sk, item: item, c: *c, rev: c.Rev, cond: !s.batchCandles}
 	if n := itemSize(item); n > maxItemBytes {
 		return p, fmt.Errorf("%w: item is %d bytes", ErrItemTooLarge, n)
 	}

@@ -120,3 +120,38 @@ func TestRevisionsNeverGoBack(t *testing.T) {
 		t.Fatalf("stored rev attribute %#v, want N 5", it[attrRev])
 	}
 }
+
+// TestWithoutRevisionsCandlesGoInBatches: a sink whose candles carry no
+// revisions (WithRevisions(false), what kandle sets when no processor it
+// reads has revise_within) writes them with BatchWriteItem, not PutItem.
+func TestWithoutRevisionsCandlesGoInBatches(t *testing.T) {
+	ctx := context.Background()
+	dyn := testkit.Dynalite(t)
+	var f *faultAPI
+	h := newSink(t, historyConfig("norevs", dyn.URL()), func(a API) API { f = newFaultAPI(a); return f }, WithRevisions(false))
+	cs := genCandles([]string{"BTC"}, []string{"1m"}, 30, 1)
+	if err := h.sink.Write(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.sink.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Calls("PutItem"); n != 0 {
+		t.Errorf("%d PutItem calls, want none", n)
+	}
+	if n := f.Calls("BatchWriteItem"); n != 2 {
+		t.Errorf("%d BatchWriteItem calls for 30 candles, want 2", n)
+	}
+	got, err := h.sink.Range(ctx, "BTC", "1m", 0, 1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(cs) {
+		t.Fatalf("stored %d candles, want %d", len(got), len(cs))
+	}
+	for i := range cs {
+		if !got[i].Equal(&cs[i]) {
+			t.Fatalf("candle %d: %+v, want %+v", i, got[i], cs[i])
+		}
+	}
+}

@@ -43,7 +43,16 @@ type options struct {
 	client  API
 	awsCfg  *aws.Config
 	httpCli *http.Client
+	batch   bool // WithRevisions(false)
 }
+
+// WithRevisions says whether the candles written can carry revisions (their
+// processor has a revision horizon). On (the default), each candle is a
+// PutItem conditional on its rev, so a table never goes back to an older
+// revision. Off, candles go out in BatchWriteItem calls of 25 like trades,
+// about twice the throughput: with no revisions every write of a window is
+// the same candle, and an overwrite changes nothing.
+func WithRevisions(on bool) Option { return func(o *options) { o.batch = !on } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -72,6 +81,8 @@ type Sink struct {
 	m      *metrics
 	pk, sk template
 
+	batchCandles bool // WithRevisions(false): candles go out in batches
+
 	candleErr, tradeErr error // set when the templates cannot render that kind
 
 	mu          sync.Mutex
@@ -92,7 +103,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Sink{cfg: cfg, client: o.client, log: o.log.With("connector", "dynamodb", "table", cfg.Table.Name)}
+	s := &Sink{cfg: cfg, client: o.client, log: o.log.With("connector", "dynamodb", "table", cfg.Table.Name), batchCandles: o.batch}
 	var err error
 	if s.m, err = newMetrics(o.reg); err != nil {
 		return nil, err

@@ -129,6 +129,17 @@ func (u *undoRegisterer) undo() {
 	u.done = nil
 }
 
+// revises reports whether a processor among from has a revision horizon:
+// then its candles can come again with a higher rev.
+func revises(t *topology.Topology, from []string) bool {
+	for _, f := range from {
+		if p, ok := t.Processors[f]; ok && t.ReviseWithin(p) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // build creates the connector of sink name.
 func build(ctx context.Context, logger *slog.Logger, t *topology.Topology, name string, reg prometheus.Registerer) ([]engine.Option, error) {
 	var opts []engine.Option
@@ -140,7 +151,8 @@ func build(ctx context.Context, logger *slog.Logger, t *topology.Topology, name 
 		var err error
 		switch cfg := sk.Config.(type) {
 		case *dynamodb.Config:
-			s, err = dynamodb.New(ctx, *cfg, dynamodb.WithLogger(log), dynamodb.WithRegisterer(r))
+			s, err = dynamodb.New(ctx, *cfg, dynamodb.WithLogger(log), dynamodb.WithRegisterer(r),
+				dynamodb.WithRevisions(revises(t, sk.From)))
 		case *s3parquet.Config:
 			s, err = s3parquet.New(ctx, *cfg, s3parquet.WithLogger(logger), s3parquet.WithRegisterer(reg),
 				s3parquet.WithName(name)) // WithName adds the sink label and log attribute itself
