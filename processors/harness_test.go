@@ -101,6 +101,9 @@ func fmtCandle(c *candle.Candle) string {
 	if c.Gap {
 		b.WriteString(" gap")
 	}
+	if c.Rev > 0 {
+		fmt.Fprintf(&b, " rev=%d", c.Rev)
+	}
 	return b.String()
 }
 

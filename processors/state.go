@@ -72,10 +72,11 @@ func knownVersion(v byte) bool { return v == stateVersion || v == stateV1 }
 
 var errCorrupt = errors.New("truncated or corrupt state entry")
 
-// droppedWin is an emitted window whose id chunks are still stored.
+// droppedWin is an emitted window whose id or trade-log chunks are still
+// stored.
 type droppedWin struct {
-	open   int64
-	chunks uint32
+	open            int64
+	chunks, tchunks uint32
 }
 
 // idChunk is an id chunk restored before the window it belongs to.
@@ -87,6 +88,9 @@ type idChunk struct {
 // Changes calls fn with every state entry changed since the last call (val
 // nil = deleted), then forgets them. key and val are only valid during fn.
 func (a *Aggregator) Changes(fn func(key, val []byte)) {
+	if a.needResolve {
+		a.resolve()
+	}
 	clear(a.orphans)
 	if a.partDirty {
 		a.partDirty = false
@@ -100,6 +104,14 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		v = binary.AppendVarint(v, a.lastWall)
 		if a.hasMax {
 			v = binary.AppendVarint(v, a.wm)
+			if a.horizon > 0 {
+				v[1] |= partRev
+				rf := int64(noRevFrom)
+				if a.hasRevFrom {
+					rf = a.reviseFrom
+				}
+				v = binary.AppendVarint(v, rf)
+			}
 		}
 		a.vbuf = v
 		fn(a.kbuf, a.vbuf)
@@ -121,6 +133,15 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 				a.kbuf = binary.AppendUvarint(a.kbuf[:op], uint64(seq))
 				fn(a.kbuf, nil)
 			}
+			if d.tchunks > 0 {
+				a.kbuf = binary.AppendVarint(tradesPrefix(a.kbuf[:0], k.key), d.open)
+				op := len(a.kbuf)
+				for seq := range d.tchunks {
+					a.kbuf = binary.AppendUvarint(a.kbuf[:op], uint64(seq))
+					fn(a.kbuf, nil)
+				}
+				ip = 0 // a.kbuf no longer holds the ids prefix
+			}
 		}
 		k.dropped = k.dropped[:0]
 		if k.deleted {
@@ -130,7 +151,15 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 			} // else the key came back: its new state is written instead
 			continue
 		}
+		if a.horizon > 0 || k.hasRev() {
+			a.saveTrades(k, fn)
+			ip = 0
+		}
 		for _, w := range k.wins {
+			if a.horizon > 0 { // the ids are in the trade log
+				w.unsaved = w.unsaved[:0]
+				continue
+			}
 			if len(w.unsaved) > 0 {
 				if ip == 0 {
 					a.kbuf = idsPrefix(a.kbuf[:0], k.key)
@@ -180,6 +209,16 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		if val[1]&partWM != 0 {
 			a.wm = r.varint()
 		}
+		a.hasRevFrom = false
+		if val[1]&partRev != 0 {
+			if rf := r.varint(); rf != noRevFrom {
+				a.reviseFrom, a.hasRevFrom = rf, true
+			}
+		} else if a.horizon > 0 && a.hasMax {
+			// State written without a horizon: the windows it emitted are
+			// not revisable.
+			a.reviseFrom, a.hasRevFrom, a.partDirty = a.wm, true, true
+		}
 		if r.err != nil {
 			return fmt.Errorf("restore: partition entry: %w", r.err)
 		}
@@ -211,6 +250,8 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		}
 		delete(a.orphans, name)
 		return nil
+	case entryTrades:
+		return a.restoreTrades(key, val)
 	case entryIDs:
 		r := reader{b: key[1:]}
 		name := string(r.bytes(r.uvarint()))
@@ -268,6 +309,10 @@ func appendDec(b []byte, d decimal.Decimal) []byte {
 
 func encodeKey(b []byte, k *keyState) []byte {
 	flags := boolBits(k.started, k.hasPrev) | flagPrevTS
+	rev := k.hasRev()
+	if rev {
+		flags |= flagRevise
+	}
 	if k.quiet {
 		flags |= flagQuiet
 	}
@@ -306,6 +351,9 @@ func encodeKey(b []byte, k *keyState) []byte {
 		if trade {
 			b = appendTrade(b, w.tk, w.tbv, w.tbq, w.fid, w.lid)
 		}
+	}
+	if rev {
+		b = appendRev(b, k)
 	}
 	return b
 }
@@ -379,6 +427,13 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 			w.tk, w.tbv, w.tbq, w.fid, w.lid = r.trade(w.fid, w.lid)
 		}
 		k.wins = append(k.wins, w)
+	}
+	if val[1]&flagRevise != 0 {
+		a.readRev(&r, k)
+	} else if a.horizon > 0 && len(k.wins) > 0 {
+		// Written without a horizon: its open windows hold trades not in
+		// a trade log, so they and the windows before them stay final.
+		k.revFloor = k.wins[len(k.wins)-1].close
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.err = errCorrupt
