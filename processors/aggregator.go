@@ -95,11 +95,11 @@ type Aggregator struct {
 	orphans map[string][]idChunk // restored id chunks waiting for their key entry
 
 	// Revisions (horizon > 0), see revise.go.
-	revKeys     []*keyState           // keys with pending revisions
-	hasRevFrom  bool                  // reviseFrom is valid
-	reviseFrom  int64                 // windows closing at or before it were emitted without a horizon
-	tstash      map[string][]tchunk   // restored trade-log chunks, replayed by resolve
-	needResolve bool                  // Restore ran: resolve before the next use
+	revKeys     []*keyState         // keys with pending revisions
+	hasRevFrom  bool                // reviseFrom is valid
+	reviseFrom  int64               // windows closing at or before it were emitted without a horizon
+	tstash      map[string][]tchunk // restored trade-log chunks, replayed by resolve
+	needResolve bool                // Restore ran: resolve before the next use
 
 	finals finals // the invariants build only
 

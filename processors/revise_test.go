@@ -1,0 +1,268 @@
+package processors
+
+import (
+	"cmp"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kandle/kandle/candle"
+)
+
+// lateStream returns n trades of keys K0..K(keys-1) in arrival order: event
+// times run forward with quiet stretches (so max_idle runs end and come
+// back) and key S trades rarely (its runs end); most trades arrive within
+// jitter of their event time, one in 8 up to maxDelay after it (or an
+// eighth of that), and one in 40 is sent twice in a row (a duplicate id).
+func lateStream(rng *rand.Rand, n, keys int, jitter, maxDelay time.Duration) [][]byte {
+	type rec struct {
+		arrive int64
+		v      []byte
+	}
+	recs := make([]rec, 0, n+n/40)
+	cur := baseDay.Add(10 * time.Hour)
+	for i := range n {
+		cur = cur.Add(time.Duration(rng.Int64N(int64(6 * time.Second))))
+		if rng.IntN(60) == 0 {
+			cur = cur.Add(time.Duration(rng.Int64N(int64(8 * time.Minute))))
+		}
+		delay := time.Duration(rng.Int64N(int64(jitter)))
+		if rng.IntN(8) == 0 {
+			delay = time.Duration(rng.Int64N(int64(maxDelay >> (rng.IntN(2) * 3)))) // often not long after
+		}
+		key := fmt.Sprintf("K%d", rng.IntN(keys))
+		if rng.IntN(40) == 0 {
+			key = "S" // a sparse key: its runs end (max_idle) and late trades bring them back
+		}
+		v := fmt.Appendf(nil, `{"s":%q,"t":%d,"p":"%d.%d","q":"0.%03d","i":%d}`,
+			key, cur.UnixMilli(), 1+rng.IntN(50), rng.IntN(10), 1+rng.IntN(999), i)
+		r := rec{cur.Add(delay).UnixMilli(), v}
+		recs = append(recs, r)
+		if rng.IntN(40) == 0 {
+			r.arrive++
+			recs = append(recs, r)
+		}
+	}
+	slices.SortStableFunc(recs, func(a, b rec) int { return cmp.Compare(a.arrive, b.arrive) })
+	out := make([][]byte, len(recs))
+	for i := range recs {
+		out[i] = recs[i].v
+	}
+	return out
+}
+
+// latest returns, per (key, open time), the last candle emitted for the
+// window with its revision cleared, in (key, open time) order.
+func latest(cs []candle.Candle) []candle.Candle {
+	type win struct {
+		key  string
+		open int64
+	}
+	m := map[win]candle.Candle{}
+	for _, c := range cs {
+		m[win{c.Symbol, c.OpenTime}] = c
+	}
+	out := make([]candle.Candle, 0, len(m))
+	for _, c := range m {
+		c.Rev = 0
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b candle.Candle) int {
+		return cmp.Or(strings.Compare(a.Symbol, b.Symbol), cmp.Compare(a.OpenTime, b.OpenTime))
+	})
+	return out
+}
+
+// collect feeds recs to p and returns its candles and rejections, and
+// checks that revisions of a window go up by one (the first is rev 0) and
+// that each Output holds a key's candles in window order... for the
+// revisions among themselves.
+func collect(t *testing.T, p processor, recs [][]byte) (cs []candle.Candle, rejected map[Reason]int) {
+	t.Helper()
+	rejected = map[Reason]int{}
+	revs := map[string]uint32{}
+	var out Output
+	for i, v := range recs {
+		out.Reset()
+		p.Process(Record{Offset: int64(i), Value: v}, &out)
+		for _, r := range out.Rejected {
+			rejected[r.Reason]++
+		}
+		lastRev := map[string]int64{}
+		for _, c := range out.Candles {
+			w := fmt.Sprintf("%s@%d", c.Symbol, c.OpenTime)
+			prev, seen := revs[w]
+			if (!seen && c.Rev != 0) || (seen && c.Rev != prev+1) {
+				t.Fatalf("record %d: %s: rev %d after rev %d (seen %v)", i, fmtCandle(&c), c.Rev, prev, seen)
+			}
+			revs[w] = c.Rev
+			if c.Rev > 0 {
+				if l, ok := lastRev[c.Symbol]; ok && c.OpenTime <= l {
+					t.Fatalf("record %d: revisions of %s out of window order: %s", i, c.Symbol, fmtCandle(&c))
+				}
+				lastRev[c.Symbol] = c.OpenTime
+			}
+		}
+		cs = append(cs, out.Candles...)
+	}
+	return cs, rejected
+}
+
+// TestReviseEqualsOnTime is the oracle of revisions: on random streams
+// whose trades arrive out of order, some long after the watermark passed
+// their window but inside the horizon, the latest revision of every window
+// equals the candle of aggregating the same records with a lateness so
+// large that none is late; with gap fill on and off, max_idle and rollup
+// quiet marks.
+func TestReviseEqualsOnTime(t *testing.T) {
+	const (
+		horizon  = 30 * time.Minute
+		maxDelay = 20 * time.Minute
+	)
+	configs := map[string]func(*CandleConfig){
+		"gapfill":                func(c *CandleConfig) {},
+		"no gapfill":             func(c *CandleConfig) { c.GapFill = false },
+		"gapfill+max_idle":       func(c *CandleConfig) { c.MaxIdle = 3 * time.Minute },
+		"max_idle+rollups":       func(c *CandleConfig) { c.MaxIdle = 2 * time.Minute; c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil)} },
+		"no gapfill+rollups":     func(c *CandleConfig) { c.GapFill = false; c.Rollups = []candle.Timeframe{tfOf(t, "15m", nil)} },
+		"gapfill+max_idle, 5m tf": func(c *CandleConfig) { c.MaxIdle = 12 * time.Minute; c.Timeframe = tfOf(t, "5m", nil) },
+	}
+	for name, mod := range configs {
+		t.Run(name, func(t *testing.T) {
+			for seed := range uint64(8) {
+				rng := rand.New(rand.NewPCG(seed, 20))
+				recs := lateStream(rng, 1500, 1+rng.IntN(5), 4*time.Second, maxDelay)
+				// A last trade far ahead closes every window in both runs.
+				recs = append(recs, []byte(fmt.Sprintf(`{"s":"ZZ","t":%d,"p":"1","q":"1","i":"end"}`,
+					baseDay.Add(48*time.Hour).UnixMilli())))
+				tf := tfOf(t, "1m", nil)
+				revised := newAgg(t, tf, func(c *CandleConfig) {
+					mod(c)
+					c.Lateness, c.ReviseWithin = 5*time.Second, horizon
+				})
+				onTime := newAgg(t, tf, func(c *CandleConfig) { mod(c); c.Lateness = 2 * maxDelay })
+				got, rej := collect(t, revised, recs)
+				want, wantRej := collect(t, onTime, recs)
+				if rej[ReasonLate] > 0 || rej[ReasonDuplicate] != wantRej[ReasonDuplicate] || wantRej[ReasonDuplicate] == 0 {
+					t.Fatalf("seed %d: rejections %v, on time %v", seed, rej, wantRej)
+				}
+				revs := 0
+				for _, c := range got {
+					if c.Rev > 0 {
+						revs++
+					}
+				}
+				if revs == 0 {
+					t.Fatalf("seed %d: no revision", seed)
+				}
+				// The on-time run's watermark stops 2×maxDelay short of the end.
+				cut := baseDay.Add(47 * time.Hour).UnixMilli()
+				early := func(c candle.Candle) bool { return c.CloseTime > cut }
+				g, w := slices.DeleteFunc(latest(got), early), slices.DeleteFunc(latest(want), early)
+				if !slices.Equal(g, w) {
+					gs, ws := fmtAll(g), fmtAll(w)
+					t.Fatalf("seed %d: latest revisions differ from on-time aggregation\n%s", seed, firstDiff(gs, ws))
+				}
+			}
+		})
+	}
+}
+
+func fmtAll(cs []candle.Candle) string {
+	var b strings.Builder
+	for i := range cs {
+		fmt.Fprintln(&b, fmtCandle(&cs[i]))
+	}
+	return b.String()
+}
+
+// withTakeBacks adds cancels and corrections of earlier records of recs
+// (sometimes repeated, sometimes of an unknown id) at random later places;
+// acts says which records take back a trade.
+func withTakeBacks(rng *rand.Rand, recs [][]byte) ([][]byte, []candle.Action) {
+	out := make([][]byte, 0, len(recs)+len(recs)/10)
+	acts := make([]candle.Action, 0, cap(out))
+	for i, v := range recs {
+		out, acts = append(out, v), append(acts, candle.ActionTrade)
+		if i < 20 || rng.IntN(12) != 0 {
+			continue
+		}
+		old := out[len(out)-1-rng.IntN(min(len(out), 300))]
+		act := candle.ActionCancel
+		switch rng.IntN(4) {
+		case 0:
+			act = candle.ActionCorrect
+			old = []byte(strings.Replace(string(old), `"p":"`, fmt.Sprintf(`"p":"%d`, 1+rng.IntN(9)), 1))
+		case 1:
+			old = []byte(strings.Replace(string(old), `"i":`, `"i":9`, 1)) // no such id
+		}
+		for range 1 + rng.IntN(2) { // sometimes twice: a duplicate
+			out, acts = append(out, old), append(acts, act)
+		}
+	}
+	return out, acts
+}
+
+// TestReviseRestartEqualsUninterrupted: with a revision horizon, cutting a
+// stream anywhere (pending revisions, kept windows, trade logs, cancels)
+// and restoring the state in any order gives exactly the outputs of an
+// uninterrupted run.
+func TestReviseRestartEqualsUninterrupted(t *testing.T) {
+	configs := map[string]func(*CandleConfig){
+		"gapfill+dedupe":   func(c *CandleConfig) {},
+		"max_idle+rollups": func(c *CandleConfig) { c.MaxIdle = 2 * time.Minute; c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil)} },
+		"no gapfill":       func(c *CandleConfig) { c.GapFill = false },
+		"no dedupe":        func(c *CandleConfig) { c.Dedupe = false; c.MaxIdle = 5 * time.Minute },
+	}
+	tf := tfOf(t, "1m", nil)
+	for name, mod := range configs {
+		t.Run(name, func(t *testing.T) {
+			for seed := range uint64(6) {
+				rng := rand.New(rand.NewPCG(seed, 21))
+				// Delays up to 40m against a horizon of 15m: some late trades
+				// revise, some are beyond the horizon.
+				recs, acts := withTakeBacks(rng, lateStream(rng, 1500, 1+rng.IntN(4), 4*time.Second, 40*time.Minute))
+				build := func() *Aggregator {
+					return newAgg(t, tf, func(c *CandleConfig) { mod(c); c.Lateness, c.ReviseWithin = 5*time.Second, 15*time.Minute })
+				}
+				run := func(cuts []int, rng *rand.Rand) string {
+					var b strings.Builder
+					st := store{}
+					p := build()
+					var out Output
+					for i, v := range recs {
+						if len(cuts) > 0 && i == cuts[0] {
+							cuts = cuts[1:]
+							st.apply(p)
+							p = build()
+							st.restoreInto(t, p, rng)
+						}
+						out.Reset()
+						p.processAs(Record{Offset: int64(i), Value: v}, acts[i], &out)
+						fmtOutput(&b, &out)
+						if rng != nil && rng.IntN(7) == 0 {
+							st.apply(p)
+						}
+					}
+					return b.String()
+				}
+				want := run(nil, nil)
+				for _, s := range []string{" rev=", "reject late", "reject unknown_trade", "reject duplicate", "reject beyond_horizon"} {
+					if !strings.Contains(want, s) {
+						t.Fatalf("seed %d: the stream gives no %q", seed, s)
+					}
+				}
+				var cuts []int
+				for c := rng.IntN(100); c < len(recs); c += 1 + rng.IntN(250) {
+					cuts = append(cuts, c)
+				}
+				if got := run(cuts, rng); got != want {
+					t.Fatalf("seed %d, cuts %v: outputs differ after restarts\n%s", seed, cuts, firstDiff(got, want))
+				}
+			}
+		})
+	}
+}
