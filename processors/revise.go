@@ -273,6 +273,9 @@ func (a *Aggregator) trimKept(k *keyState) {
 	rest := copy(k.kept, k.kept[n:])
 	clear(k.kept[rest:])
 	k.kept = k.kept[:rest]
+	if a.horizon == 0 { // revisions were turned off: the entry goes back to its form without them
+		k.baseHas, k.baseClose, k.baseTS = false, decimal.Decimal{}, 0
+	}
 	a.touch(k)
 	if len(k.kept) == 0 && len(k.wins) == 0 && !k.quiet && !(a.gapFill && k.started) {
 		a.deleteKey(k)
@@ -719,6 +722,12 @@ func (a *Aggregator) readRev(r *reader, k *keyState) {
 			e.w.tchunks = uint32(r.uvarint())
 		}
 		k.kept = append(k.kept, e)
+	}
+	if a.horizon == 0 { // revisions were turned off: nothing before the base is needed
+		k.revFloor = 0
+		if len(k.kept) == 0 {
+			k.baseHas = false
+		}
 	}
 }
 

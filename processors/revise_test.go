@@ -266,3 +266,84 @@ func TestReviseRestartEqualsUninterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestReviseTurnedOnAndOff: state written without a horizon restores under
+// one: the windows emitted before are final (a trade for them is late), later
+// ones are revised; turned off again, the kept windows and trade logs leave
+// the state and late trades are late.
+func TestReviseTurnedOnAndOff(t *testing.T) {
+	tf := tfOf(t, "1m", nil)
+	build := func(h time.Duration) *Aggregator {
+		return newAgg(t, tf, func(c *CandleConfig) { c.Lateness, c.ReviseWithin = 5*time.Second, h })
+	}
+	rng := rand.New(rand.NewPCG(3, 22))
+	recs := lateStream(rng, 3000, 3, 4*time.Second, 10*time.Minute)
+	third := len(recs) / 3
+	st := store{}
+	var out Output
+	p := build(0)
+	for i, v := range recs[:third] {
+		p.Process(Record{Offset: int64(i), Value: v}, &out)
+	}
+	if strings.Contains(fmtAll(out.Candles), "rev=") {
+		t.Fatal("a revision without a horizon")
+	}
+	st.apply(p)
+	switchWM, _ := p.Watermark()
+	p = build(time.Hour)
+	st.restoreInto(t, p, rng)
+	out.Reset()
+	lateBefore := 0
+	for i, v := range recs[third : 2*third] {
+		p.Process(Record{Offset: int64(third + i), Value: v}, &out)
+		for _, r := range out.Rejected {
+			if r.Reason != ReasonLate && r.Reason != ReasonDuplicate {
+				t.Fatalf("record %d: %s", i, fmtRejection(&r))
+			}
+			if r.Reason == ReasonLate {
+				lateBefore++
+			}
+		}
+		out.Rejected = out.Rejected[:0]
+	}
+	revs := 0
+	for _, c := range out.Candles {
+		if c.CloseTime <= switchWM {
+			t.Fatalf("a window closed before the horizon was turned on changed: %s", fmtCandle(&c))
+		}
+		if c.Rev > 0 {
+			revs++
+		}
+	}
+	if lateBefore == 0 || revs == 0 {
+		t.Fatalf("%d late trades for windows before the switch, %d revisions: the stream tests nothing", lateBefore, revs)
+	}
+	st.apply(p)
+	trades := func() int {
+		n := 0
+		for k := range st {
+			if k[0] == entryTrades {
+				n++
+			}
+		}
+		return n
+	}
+	if trades() == 0 {
+		t.Fatal("no trade log in the state")
+	}
+	p = build(0)
+	st.restoreInto(t, p, rng)
+	out.Reset()
+	for i, v := range recs[2*third:] {
+		p.Process(Record{Offset: int64(2*third + i), Value: v}, &out)
+	}
+	st.apply(p)
+	if n := trades(); n != 0 || strings.Contains(fmtAll(out.Candles), "rev=") {
+		t.Fatalf("turned off: %d trade log entries left, or a revision", n)
+	}
+	for k, v := range st {
+		if k[0] == entryKey && v[1]&flagRevise != 0 {
+			t.Fatalf("turned off: key entry %q still has a revision section", k)
+		}
+	}
+}
