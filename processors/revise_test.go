@@ -123,11 +123,11 @@ func TestReviseEqualsOnTime(t *testing.T) {
 		maxDelay = 20 * time.Minute
 	)
 	configs := map[string]func(*CandleConfig){
-		"gapfill":                func(c *CandleConfig) {},
-		"no gapfill":             func(c *CandleConfig) { c.GapFill = false },
-		"gapfill+max_idle":       func(c *CandleConfig) { c.MaxIdle = 3 * time.Minute },
-		"max_idle+rollups":       func(c *CandleConfig) { c.MaxIdle = 2 * time.Minute; c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil)} },
-		"no gapfill+rollups":     func(c *CandleConfig) { c.GapFill = false; c.Rollups = []candle.Timeframe{tfOf(t, "15m", nil)} },
+		"gapfill":                 func(c *CandleConfig) {},
+		"no gapfill":              func(c *CandleConfig) { c.GapFill = false },
+		"gapfill+max_idle":        func(c *CandleConfig) { c.MaxIdle = 3 * time.Minute },
+		"max_idle+rollups":        func(c *CandleConfig) { c.MaxIdle = 2 * time.Minute; c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil)} },
+		"no gapfill+rollups":      func(c *CandleConfig) { c.GapFill = false; c.Rollups = []candle.Timeframe{tfOf(t, "15m", nil)} },
 		"gapfill+max_idle, 5m tf": func(c *CandleConfig) { c.MaxIdle = 12 * time.Minute; c.Timeframe = tfOf(t, "5m", nil) },
 	}
 	for name, mod := range configs {
