@@ -675,13 +675,22 @@ func appendRev(b []byte, k *keyState) []byte {
 	}
 	b = binary.AppendVarint(b, k.revFloor)
 	b = binary.AppendUvarint(b, uint64(len(k.kept)))
-	for i := range k.kept {
+	for i := 0; i < len(k.kept); {
 		e := &k.kept[i]
+		// A run of gap windows alike (one after the other, same close and
+		// revision, nothing pending) is one record with its length.
+		n := 1
+		if plainGap(e) {
+			for i+n < len(k.kept) && plainGap(&k.kept[i+n]) && k.kept[i+n].open == k.kept[i+n-1].close &&
+				k.kept[i+n].rev == e.rev && k.kept[i+n].c.Cmp(e.c) == 0 {
+				n++
+			}
+		}
 		b = binary.AppendVarint(b, e.open)
 		b = binary.AppendVarint(b, e.close-e.open)
 		b = binary.AppendUvarint(b, uint64(e.rev))
 		var fl byte
-		for bit, on := range [...]bool{e.emitted, e.gap, e.pend, e.w != nil} {
+		for bit, on := range [...]bool{e.emitted, e.gap, e.pend, e.w != nil, n > 1} {
 			if on {
 				fl |= 1 << bit
 			}
@@ -691,9 +700,17 @@ func appendRev(b []byte, k *keyState) []byte {
 		if e.w != nil {
 			b = binary.AppendUvarint(b, uint64(e.w.tchunks))
 		}
+		if n > 1 {
+			b = binary.AppendUvarint(b, uint64(n))
+		}
+		i += n
 	}
 	return b
 }
+
+// plainGap reports whether e is an emitted gap candle without trades and
+// nothing pending (a run of them is stored as one record).
+func plainGap(e *keptWin) bool { return e.emitted && e.gap && !e.pend && e.w == nil }
 
 // readRev reads what appendRev wrote into k (whose open windows are read).
 func (a *Aggregator) readRev(r *reader, k *keyState) {
@@ -722,6 +739,18 @@ func (a *Aggregator) readRev(r *reader, k *keyState) {
 			e.w.tchunks = uint32(r.uvarint())
 		}
 		k.kept = append(k.kept, e)
+		if fl[0]&16 != 0 { // a run of gap windows alike
+			run := r.uvarint()
+			if run < 2 || run > n-i || e.w != nil {
+				r.fail()
+				break
+			}
+			for range run - 1 {
+				e.open, e.close = e.close, a.tf.End(e.close)
+				k.kept = append(k.kept, e)
+			}
+			i += run - 1
+		}
 	}
 	if a.horizon == 0 { // revisions were turned off: nothing before the base is needed
 		k.revFloor = 0
