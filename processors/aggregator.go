@@ -335,7 +335,7 @@ func (a *Aggregator) apply(rec Record, k *keyState, quote decimal.Sum, out *Outp
 	}
 	w.add(t, v, q, quote)
 	if a.horizon > 0 {
-		w.keep(t, quote)
+		k.keep(w, t, quote)
 	}
 	switch {
 	case checkID && fresh: // above every id of w too: no look at w's ids

@@ -197,6 +197,7 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 	if k.cur == w {
 		k.cur = nil
 	}
+	k.unlog(w)
 	if w.chunks > 0 || w.tchunks > 0 {
 		k.dropped = append(k.dropped, droppedWin{w.open, w.chunks, w.tchunks})
 	}

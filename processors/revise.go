@@ -1,50 +1,15 @@
 package processors
 
-// Revisions (CandleConfig.ReviseWithin = H > 0). The rules:
+// Revisions (CandleConfig.ReviseWithin = H > 0): the rules are in the
+// package documentation. How they are kept:
 //
-//   - A window is revisable while it closes after W − H (W the watermark).
-//     Every final window of a key inside the horizon is kept with its
-//     trades (price, qty, exact quote, event time, id, side, in arrival
-//     order), the revision and close of the candle that went out for it,
-//     and whether that candle was a gap candle. Open windows keep their
-//     trades too, so a window is complete when it closes. A key's state
-//     also holds the base: the close and last trade time of the last
-//     window that left the horizon, where recomputation starts.
-//   - A trade late for its window (close ≤ W) but inside the horizon is
-//     counted into the kept window (creating it when it had no candle or
-//     was a gap) and marks it pending. A trade whose window closed at or
-//     before W − H is dead-lettered late; its detail says how far beyond
-//     the horizon it is. Windows that closed before the horizon was turned
-//     on (state written without one) are not revisable either.
-//   - Pending windows are emitted when the watermark next moves (a record
-//     raising the max event time, or the live idle advance), before the
-//     windows that move closes: the key's final windows are recomputed in
-//     window order from the base, exactly as on-time aggregation computes
-//     them (gap fill and max_idle included), and every window whose candle
-//     changed is emitted again with Rev one higher; a window that never had
-//     a candle is emitted with rev 0. Several late trades for one window
-//     between two moves give one revision. Keys are revised in key order.
-//   - Gap candles are flat at the previous close: when it changes they are
-//     revised too, up to the next window with trades; a late trade that
-//     extends a run (max_idle) adds rev-0 gap candles, and may revive a run
-//     that had ended, the key's gap filling going on from the watermark.
-//   - Dedupe covers the ids of the kept windows too: a late duplicate of a
-//     trade inside the horizon is rejected as duplicate.
-//   - A cancel (candle.ActionCancel) or correction (ActionCorrect) names a
-//     trade by id and by the event time of that trade (its window). Inside
-//     the horizon the trade is removed, or its price and quantity
-//     replaced (its place in the arrival order is kept), and the window is
-//     recomputed from its trades. No id, or no revision horizon, or no
-//     such trade in that window: unknown_trade. The window closed beyond
-//     the horizon: beyond_horizon. A cancel of a trade already cancelled,
-//     or a correction to the price and quantity the trade already has:
-//     duplicate, nothing changes. A cancel or correction never moves the
-//     watermark. A final window left without trades is emitted again as a
-//     gap candle flat at the previous close (at its own last close when the
-//     key has no earlier candle), whether gap fill is on or not: a candle
-//     that went out is never withdrawn. An open window left without trades
-//     is dropped (a repeated cancel then finds no trade: unknown_trade).
-//   - A key is freed only when its kept windows have passed the horizon.
+// Every final window of a key inside the horizon is a keptWin: the
+// revision and close of the candle that went out for it, whether it was a
+// gap candle, and its trades (price, qty, exact quote, event time, id,
+// side, in arrival order) when it has any. Open windows keep their trades
+// too, so a window is complete when it closes. The key's base is the close
+// and last trade time of the last window with trades that left the
+// horizon: recomputation starts there.
 //
 // State: the key entry carries the kept windows (without their trades)
 // and the base; each window's trades are an append-only log of records
@@ -95,7 +60,24 @@ type revState struct {
 	// revFloor: windows opening before it closed before the horizon was
 	// turned on and are not revisable (0: none).
 	revFloor int64
-	revPend  bool // in Aggregator.revKeys
+	revPend  bool      // in Aggregator.revKeys
+	tdirty   []*window // windows whose trade log has records not yet saved
+}
+
+// logged notes that a record is about to go into w's trade log.
+func (k *keyState) logged(w *window) {
+	if len(w.tlog) == 0 {
+		k.tdirty = append(k.tdirty, w)
+	}
+}
+
+// unlog forgets w's unsaved trade-log records (w is recycled).
+func (k *keyState) unlog(w *window) {
+	if len(w.tlog) > 0 {
+		if i := slices.Index(k.tdirty, w); i >= 0 {
+			k.tdirty = slices.Delete(k.tdirty, i, i+1)
+		}
+	}
 }
 
 // tchunk is a restored trade-log chunk waiting for resolve.
@@ -122,8 +104,9 @@ const flagRevise = 32
 // watermark; math.MinInt64: none).
 const partRev = 8
 
-// keep appends t to w's trades and trade log.
-func (w *window) keep(t *candle.Trade, quote decimal.Sum) {
+// keep appends t to k's window w's trades and trade log.
+func (k *keyState) keep(w *window, t *candle.Trade, quote decimal.Sum) {
+	k.logged(w)
 	w.trades = append(w.trades, keptTrade{ts: t.TS, price: t.Price, qty: t.Qty, quote: quote,
 		id: strings.Clone(t.ID), side: t.Side})
 	w.tlog = appendTradeRec(w.tlog, w.open, &w.trades[len(w.trades)-1])
@@ -327,7 +310,7 @@ func (a *Aggregator) lateTrade(rec Record, k *keyState, t *candle.Trade, quote d
 		v, q = w.v.AddDecimal(t.Qty), w.q.Add(quote)
 	}
 	w.add(t, v, q, quote)
-	w.keep(t, quote)
+	k.keep(w, t, quote)
 	if checkID {
 		w.addParsedID(t.ID, idNum, idIsNum, false)
 		k.noteID(idNum, idIsNum)
@@ -391,6 +374,7 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 			return
 		}
 		tr.price, tr.qty, tr.quote = t.Price, t.Qty, quote
+		k.logged(w)
 		w.tlog = append(w.tlog, recCorrect)
 		w.tlog = binary.AppendUvarint(w.tlog, uint64(len(t.ID)))
 		w.tlog = append(w.tlog, t.ID...)
@@ -400,6 +384,7 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	} else {
 		w.gone = append(w.gone, tr.id)
 		w.trades = slices.Delete(w.trades, j, j+1)
+		k.logged(w)
 		w.tlog = append(w.tlog, recCancel)
 		w.tlog = binary.AppendUvarint(w.tlog, uint64(len(t.ID)))
 		w.tlog = append(w.tlog, t.ID...)
@@ -766,22 +751,13 @@ const noRevFrom = math.MinInt64
 // saveTrades writes the trade-log records k's windows added since the last
 // Changes as new chunk entries.
 func (a *Aggregator) saveTrades(k *keyState, fn func(key, val []byte)) {
-	save := func(w *window) {
-		if len(w.tlog) == 0 {
-			return
-		}
+	for i, w := range k.tdirty {
+		k.tdirty[i] = nil
 		a.kbuf = binary.AppendVarint(tradesPrefix(a.kbuf[:0], k.key), w.open)
 		a.kbuf = binary.AppendUvarint(a.kbuf, uint64(w.tchunks))
 		fn(a.kbuf, w.tlog)
 		w.tchunks++
 		w.tlog = w.tlog[:0]
 	}
-	for _, w := range k.wins {
-		save(w)
-	}
-	for i := range k.kept {
-		if w := k.kept[i].w; w != nil {
-			save(w)
-		}
-	}
+	k.tdirty = k.tdirty[:0]
 }

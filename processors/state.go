@@ -151,7 +151,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 			} // else the key came back: its new state is written instead
 			continue
 		}
-		if a.horizon > 0 || k.hasRev() {
+		if len(k.tdirty) > 0 {
 			a.saveTrades(k, fn)
 			ip = 0
 		}
