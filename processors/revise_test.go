@@ -206,6 +206,15 @@ func withTakeBacks(rng *rand.Rand, recs [][]byte) ([][]byte, []candle.Action) {
 	return out, acts
 }
 
+// withActs is an aggregator whose record at offset i takes back a trade
+// as acts[i] says.
+type withActs struct {
+	*Aggregator
+	acts []candle.Action
+}
+
+func (p withActs) Process(rec Record, out *Output) { p.processAs(rec, p.acts[rec.Offset], out) }
+
 // TestReviseRestartEqualsUninterrupted: with a revision horizon, cutting a
 // stream anywhere (pending revisions, kept windows, trade logs, cancels)
 // and restoring the state in any order gives exactly the outputs of an
@@ -225,29 +234,11 @@ func TestReviseRestartEqualsUninterrupted(t *testing.T) {
 				// Delays up to 40m against a horizon of 15m: some late trades
 				// revise, some are beyond the horizon.
 				recs, acts := withTakeBacks(rng, lateStream(rng, 1500, 1+rng.IntN(4), 4*time.Second, 40*time.Minute))
-				build := func() *Aggregator {
-					return newAgg(t, tf, func(c *CandleConfig) { mod(c); c.Lateness, c.ReviseWithin = 5*time.Second, 15*time.Minute })
+				build := func() processor {
+					return withActs{newAgg(t, tf, func(c *CandleConfig) { mod(c); c.Lateness, c.ReviseWithin = 5*time.Second, 15*time.Minute }), acts}
 				}
 				run := func(cuts []int, rng *rand.Rand) string {
-					var b strings.Builder
-					st := store{}
-					p := build()
-					var out Output
-					for i, v := range recs {
-						if len(cuts) > 0 && i == cuts[0] {
-							cuts = cuts[1:]
-							st.apply(p)
-							p = build()
-							st.restoreInto(t, p, rng)
-						}
-						out.Reset()
-						p.processAs(Record{Offset: int64(i), Value: v}, acts[i], &out)
-						fmtOutput(&b, &out)
-						if rng != nil && rng.IntN(7) == 0 {
-							st.apply(p)
-						}
-					}
-					return b.String()
+					return withoutCuts(runWithRestarts(t, build, recs, cuts, rng))
 				}
 				want := run(nil, nil)
 				for _, s := range []string{" rev=", "reject late", "reject unknown_trade", "reject duplicate", "reject beyond_horizon"} {
