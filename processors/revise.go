@@ -164,8 +164,8 @@ func (a *Aggregator) beyond(close int64) string {
 		return ""
 	}
 	if lim := a.wm - a.horizon; close <= lim {
-		return fmt.Sprintf(", outside the revision horizon of %s (windows closing after %s)",
-			time.Duration(a.horizon)*time.Millisecond, fmtMS(lim))
+		return fmt.Sprintf(", %s before it: outside the revision horizon of %s (windows closing after %s)",
+			time.Duration(a.wm-close)*time.Millisecond, time.Duration(a.horizon)*time.Millisecond, fmtMS(lim))
 	}
 	return ", before revisions were turned on"
 }

@@ -338,3 +338,92 @@ func TestReviseTurnedOnAndOff(t *testing.T) {
 		}
 	}
 }
+
+// TestReviseTakeBacksEqualOnTime: with cancels and corrections inside the
+// horizon, the latest revision of every window is the on-time aggregation
+// of the records as taken back (cancelled trades left out, corrected ones
+// at their place with the new price), but for the windows the cancels
+// emptied: those stay as gap candles.
+func TestReviseTakeBacksEqualOnTime(t *testing.T) {
+	tf := tfOf(t, "1m", nil)
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 23))
+		trades := lateStream(rng, 1500, 1+rng.IntN(4), 4*time.Second, 10*time.Minute)
+		idOf := func(v []byte) string {
+			_, rest, _ := strings.Cut(string(v), `"i":`)
+			return strings.TrimSuffix(rest, "}")
+		}
+		var recs [][]byte
+		var acts []candle.Action
+		cancelled := map[string]bool{}
+		price := map[string]string{} // id → corrected record
+		for i, v := range trades {
+			recs, acts = append(recs, v), append(acts, candle.ActionTrade)
+			if i < 20 || rng.IntN(10) != 0 {
+				continue
+			}
+			old := trades[i-1-rng.IntN(min(i, 200))]
+			id := idOf(old)
+			switch rng.IntN(4) {
+			case 0:
+				old = []byte(strings.Replace(string(old), `"p":"`, fmt.Sprintf(`"p":"%d`, 1+rng.IntN(9)), 1))
+				recs, acts = append(recs, old), append(acts, candle.ActionCorrect)
+				if !cancelled[id] {
+					price[id] = string(old)
+				}
+			case 1:
+				old = []byte(strings.Replace(string(old), `"i":`+id+`}`, `"i":"u`+id+`"}`, 1)) // an unknown id
+				recs, acts = append(recs, old), append(acts, candle.ActionCancel)
+			default:
+				recs, acts = append(recs, old), append(acts, candle.ActionCancel)
+				cancelled[id] = true
+			}
+		}
+		recs = append(recs, []byte(fmt.Sprintf(`{"s":"ZZ","t":%d,"p":"1","q":"1","i":"end"}`, baseDay.Add(48*time.Hour).UnixMilli())))
+		acts = append(acts, candle.ActionTrade)
+		var oracle [][]byte
+		for _, v := range trades {
+			id := idOf(v)
+			if cancelled[id] {
+				continue
+			}
+			if c, ok := price[id]; ok {
+				v = []byte(c)
+			}
+			oracle = append(oracle, v)
+		}
+		oracle = append(oracle, recs[len(recs)-1])
+		revised := withActs{newAgg(t, tf, func(c *CandleConfig) { c.Lateness, c.ReviseWithin = 5*time.Second, time.Hour }), acts}
+		got, rej := collect(t, revised, recs)
+		want, _ := collect(t, newAgg(t, tf, func(c *CandleConfig) { c.Lateness = time.Hour }), oracle)
+		if rej[ReasonLate]+rej[ReasonBeyondHorizon]+rej[ReasonMalformedJSON] > 0 || rej[ReasonUnknownTrade] == 0 {
+			t.Fatalf("seed %d: rejections %v", seed, rej)
+		}
+		cut := baseDay.Add(47 * time.Hour).UnixMilli()
+		early := func(c candle.Candle) bool { return c.CloseTime > cut }
+		g, w := slices.DeleteFunc(latest(got), early), slices.DeleteFunc(latest(want), early)
+		wm := map[string]candle.Candle{}
+		for _, c := range w {
+			wm[fmt.Sprintf("%s@%d", c.Symbol, c.OpenTime)] = c
+		}
+		emptied := 0
+		for _, c := range g {
+			k := fmt.Sprintf("%s@%d", c.Symbol, c.OpenTime)
+			wc, ok := wm[k]
+			delete(wm, k)
+			switch {
+			case ok && wc.Equal(&c):
+			case !ok && c.Gap:
+				emptied++ // its trades were all cancelled, before any other candle of its key
+			default:
+				t.Fatalf("seed %d: got %s\nwant %s (%v)", seed, fmtCandle(&c), fmtCandle(&wc), ok)
+			}
+		}
+		for _, c := range wm {
+			t.Fatalf("seed %d: no candle for %s", seed, fmtCandle(&c))
+		}
+		if emptied > 3 {
+			t.Fatalf("seed %d: %d windows emptied before any candle of their key", seed, emptied)
+		}
+	}
+}
