@@ -100,6 +100,7 @@ type Aggregator struct {
 	reviseFrom  int64               // windows closing at or before it were emitted without a horizon
 	tstash      map[string][]tchunk // restored trade-log chunks, replayed by resolve
 	needResolve bool                // Restore ran: resolve before the next use
+	counts      RevisionCounts      // since the last TakeRevisionCounts
 
 	finals finals // the invariants build only
 

@@ -31,6 +31,31 @@ import (
 	"github.com/kandle/kandle/decimal"
 )
 
+// RevisionCounts is what a candles processor with a revision horizon did,
+// for metrics: revisions emitted (candles with Rev > 0, and rev-0 candles
+// of windows that had none, emitted by a revision), late trades counted
+// into closed windows, cancels and corrections applied.
+type RevisionCounts struct {
+	Revisions, LateTrades, Cancels, Corrections uint64
+}
+
+// RevisionCounter is a processor that counts its revisions (the candles
+// kind, with or without a horizon).
+type RevisionCounter interface {
+	// TakeRevisionCounts returns the counts since the last call and
+	// starts them again from zero.
+	TakeRevisionCounts() RevisionCounts
+}
+
+var _ RevisionCounter = (*Aggregator)(nil)
+
+// TakeRevisionCounts returns the counts since the last call and resets them.
+func (a *Aggregator) TakeRevisionCounts() RevisionCounts {
+	c := a.counts
+	a.counts = RevisionCounts{}
+	return c
+}
+
 // keptTrade is one trade of a window, kept for recomputation.
 type keptTrade struct {
 	ts         int64
@@ -317,6 +342,7 @@ func (a *Aggregator) lateTrade(rec Record, k *keyState, t *candle.Trade, quote d
 	}
 	a.markPending(k, i)
 	a.schedule(k)
+	a.counts.LateTrades++
 }
 
 // takeBack applies a cancel or correction t of the trade t.ID.
@@ -390,6 +416,11 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 		w.tlog = append(w.tlog, t.ID...)
 	}
 	w.rebuild()
+	if t.Action == candle.ActionCorrect {
+		a.counts.Corrections++
+	} else {
+		a.counts.Cancels++
+	}
 	k.admitted = true
 	a.touch(k)
 	if final {
@@ -519,6 +550,7 @@ func (a *Aggregator) emitRevision(k *keyState, e *keptWin, c candle.Candle, out 
 	e.emitted, e.gap, e.c = true, c.Gap, c.Close
 	c.Rev = e.rev
 	out.Candles = append(out.Candles, c)
+	a.counts.Revisions++
 	a.touch(k)
 }
 

@@ -427,3 +427,34 @@ func TestReviseTakeBacksEqualOnTime(t *testing.T) {
 		}
 	}
 }
+
+// TestRevisionCounts: the counts for metrics follow the late trades,
+// cancels, corrections and revisions, and start again after each take.
+func TestRevisionCounts(t *testing.T) {
+	a := newAgg(t, tfOf(t, "1m", nil), func(c *CandleConfig) { c.GapFill, c.ReviseWithin = false, time.Hour })
+	var out Output
+	for i, r := range []struct {
+		act candle.Action
+		v   string
+	}{
+		{0, `{"s":"A","t":"2024-01-01T10:00:10Z","p":"1","q":"1","i":1}`},
+		{0, `{"s":"A","t":"2024-01-01T10:00:20Z","p":"2","q":"1","i":2}`},
+		{0, `{"s":"A","t":"2024-01-01T10:02:00Z","p":"3","q":"1","i":3}`},
+		{0, `{"s":"A","t":"2024-01-01T10:01:00Z","p":"4","q":"1","i":4}`}, // late: a window without a candle
+		{candle.ActionCancel, `{"s":"A","t":"2024-01-01T10:00:10Z","p":"1","q":"1","i":1}`},
+		{candle.ActionCorrect, `{"s":"A","t":"2024-01-01T10:00:20Z","p":"5","q":"1","i":2}`},
+		{0, `{"s":"A","t":"2024-01-01T10:03:00Z","p":"3","q":"1","i":5}`},
+	} {
+		a.processAs(Record{Offset: int64(i), Value: []byte(r.v)}, r.act, &out)
+	}
+	if len(out.Rejected) > 0 {
+		t.Fatal(fmtRejection(&out.Rejected[0]))
+	}
+	want := RevisionCounts{Revisions: 2, LateTrades: 1, Cancels: 1, Corrections: 1}
+	if got := a.TakeRevisionCounts(); got != want {
+		t.Fatalf("counts %+v, want %+v", got, want)
+	}
+	if got := a.TakeRevisionCounts(); got != (RevisionCounts{}) {
+		t.Fatalf("counts after a take: %+v", got)
+	}
+}
