@@ -95,12 +95,13 @@ type Aggregator struct {
 	orphans map[string][]idChunk // restored id chunks waiting for their key entry
 
 	// Revisions (horizon > 0), see revise.go.
-	revKeys     []*keyState         // keys with pending revisions
-	hasRevFrom  bool                // reviseFrom is valid
-	reviseFrom  int64               // windows closing at or before it were emitted without a horizon
-	tstash      map[string][]tchunk // restored trade-log chunks, replayed by resolve
-	needResolve bool                // Restore ran: resolve before the next use
-	counts      RevisionCounts      // since the last TakeRevisionCounts
+	revKeys     []*keyState          // keys with pending revisions
+	hasRevFrom  bool                 // reviseFrom is valid
+	reviseFrom  int64                // windows closing at or before it were emitted without a horizon
+	tstash      map[string][]tchunk  // restored trade-log chunks, replayed by resolve
+	kstash      map[string][]keptWin // restored kept windows, given to their keys by resolve
+	needResolve bool                 // Restore ran: resolve before the next use
+	counts      RevisionCounts       // since the last TakeRevisionCounts
 
 	finals finals // the invariants build only
 

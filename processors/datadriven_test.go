@@ -397,6 +397,10 @@ func fmtEntry(key string, val []byte) string {
 		return "p"
 	case entryKey:
 		return "k " + key[1:]
+	case entryKept:
+		r := reader{b: []byte(key[1:])}
+		name := r.bytes(r.uvarint())
+		return fmt.Sprintf("r %s %s", name, fmtTime(r.varint()))
 	case entryTrades:
 		r := reader{b: []byte(key[1:])}
 		name := r.bytes(r.uvarint())

@@ -199,7 +199,7 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 	}
 	k.unlog(w)
 	if w.chunks > 0 || w.tchunks > 0 {
-		k.dropped = append(k.dropped, droppedWin{w.open, w.chunks, w.tchunks})
+		k.dropped = append(k.dropped, droppedWin{open: w.open, chunks: w.chunks, tchunks: w.tchunks})
 	}
 	w.reset()
 	a.winPool = append(a.winPool, w)
@@ -279,6 +279,9 @@ func (a *Aggregator) deleteKey(k *keyState) {
 		a.recycle(k, w)
 	}
 	for _, e := range k.kept {
+		if e.saved {
+			k.dropped = append(k.dropped, droppedWin{open: e.open, kept: true})
+		}
 		if e.w != nil {
 			a.recycle(k, e.w)
 		}

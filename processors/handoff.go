@@ -122,7 +122,7 @@ func aggregatorEntryKey(entry []byte) (string, bool, error) {
 		return "", false, nil
 	case entryKey:
 		return string(entry[1:]), true, nil
-	case entryIDs, entryTrades: // "i"/"t"+len+key+…
+	case entryIDs, entryTrades, entryKept: // "i"/"t"/"r"+len+key+…
 		r := reader{b: entry[1:]}
 		name := r.bytes(r.uvarint())
 		if r.err != nil {

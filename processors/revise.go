@@ -11,12 +11,16 @@ package processors
 // and last trade time of the last window with trades that left the
 // horizon: recomputation starts there.
 //
-// State: the key entry carries the kept windows (without their trades)
-// and the base; each window's trades are an append-only log of records
-// (trade, cancel, correct) in chunk entries "t"+len+key+open+seq, one per
-// Changes call that added to it, replayed in order at the first use after
-// Restore. With a horizon the dedupe id chunks are not written: the ids
-// are in the trade log.
+// State: the key entry carries the base, the first window revisable and
+// its open windows' trade-log chunk counts (a section after the windows,
+// flagged flagRevise); each kept window has an entry "r"+len+key+open
+// (its revision, flags, the close of its candle, its chunk count), written
+// when it changes, deleted when it leaves the horizon; each window's trades
+// are an append-only log of records (trade, cancel, correct) in chunk
+// entries "t"+len+key+open+seq, one per Changes call that added to it.
+// Restored kept windows and logs are put together at the first use after
+// Restore (resolve). With a horizon the dedupe id chunks are not written:
+// the ids are in the trade log.
 
 import (
 	"cmp"
@@ -74,6 +78,8 @@ type keptWin struct {
 	pend        bool            // its trades changed since: recompute it
 	c           decimal.Decimal // the close of that candle
 	w           *window         // its trades (nil: it never had any)
+	dirty       bool            // in the key's ksave: its entry is written at the next Changes
+	saved       bool            // its entry is stored
 }
 
 // revState is a key's revision state (empty without a horizon).
@@ -87,6 +93,15 @@ type revState struct {
 	revFloor int64
 	revPend  bool      // in Aggregator.revKeys
 	tdirty   []*window // windows whose trade log has records not yet saved
+	ksave    []int64   // open times of the kept windows whose entries are to be written
+}
+
+// changed notes that k's kept window e is to be written at the next Changes.
+func (k *keyState) changed(e *keptWin) {
+	if !e.dirty {
+		e.dirty = true
+		k.ksave = append(k.ksave, e.open)
+	}
 }
 
 // logged notes that a record is about to go into w's trade log.
@@ -119,8 +134,12 @@ const (
 	recCorrect = 2
 )
 
-// entryTrades is the kind of the trade-log chunk entries.
-const entryTrades = 't'
+// entryTrades is the kind of the trade-log chunk entries, entryKept of
+// the kept window entries.
+const (
+	entryTrades = 't'
+	entryKept   = 'r'
+)
 
 // flagRevise marks a key entry with a revision section.
 const flagRevise = 32
@@ -242,6 +261,7 @@ func (a *Aggregator) keepWindow(k *keyState, w *window) bool {
 	}
 	k.startKept()
 	k.kept = append(k.kept, keptWin{open: w.open, close: w.close, emitted: true, c: w.c, w: w})
+	k.changed(&k.kept[len(k.kept)-1])
 	return true
 }
 
@@ -252,6 +272,7 @@ func (a *Aggregator) keepGap(k *keyState, open, close int64, c decimal.Decimal) 
 	}
 	k.startKept()
 	k.kept = append(k.kept, keptWin{open: open, close: close, emitted: true, gap: true, c: c})
+	k.changed(&k.kept[len(k.kept)-1])
 }
 
 // gapCandle is k's gap candle of window [open, close), flat at c.
@@ -267,6 +288,9 @@ func (a *Aggregator) trimKept(k *keyState) {
 	lim := a.wm - a.horizon
 	n := 0
 	for n < len(k.kept) && k.kept[n].close <= lim {
+		if k.kept[n].saved {
+			k.dropped = append(k.dropped, droppedWin{open: k.kept[n].open, kept: true})
+		}
 		if w := k.kept[n].w; w != nil {
 			if w.n > 0 {
 				k.baseHas, k.baseClose, k.baseTS = true, w.c, w.cTS
@@ -282,7 +306,7 @@ func (a *Aggregator) trimKept(k *keyState) {
 	clear(k.kept[rest:])
 	k.kept = k.kept[:rest]
 	if a.horizon == 0 { // revisions were turned off: the entry goes back to its form without them
-		k.baseHas, k.baseClose, k.baseTS = false, decimal.Decimal{}, 0
+		k.baseHas, k.baseClose, k.baseTS, k.revFloor = false, decimal.Decimal{}, 0, 0
 	}
 	a.touch(k)
 	if len(k.kept) == 0 && len(k.wins) == 0 && !k.quiet && !(a.gapFill && k.started) {
@@ -293,6 +317,7 @@ func (a *Aggregator) trimKept(k *keyState) {
 // markPending marks k's kept window i changed.
 func (a *Aggregator) markPending(k *keyState, i int) {
 	k.kept[i].pend = true
+	k.changed(&k.kept[i])
 	if !k.revPend {
 		k.revPend = true
 		a.revKeys = append(a.revKeys, k)
@@ -506,7 +531,10 @@ func (a *Aggregator) reviseKey(k *keyState, out *Output) {
 			at = true
 		}
 		if at {
-			k.kept[i].pend = false
+			if k.kept[i].pend {
+				k.kept[i].pend = false
+				k.changed(&k.kept[i])
+			}
 			i++
 		}
 		if a.gapFill && hasPrev && (a.maxIdle == 0 || xc < prevTS+a.maxIdle) {
@@ -518,7 +546,10 @@ func (a *Aggregator) reviseKey(k *keyState, out *Output) {
 		}
 	}
 	for ; i < len(k.kept); i++ { // none left, but be safe
-		k.kept[i].pend = false
+		if k.kept[i].pend {
+			k.kept[i].pend = false
+			k.changed(&k.kept[i])
+		}
 	}
 	k.hasPrev, k.prevClose, k.prevTS = hasPrev, prevClose, prevTS
 	if a.gapFill {
@@ -549,6 +580,7 @@ func (a *Aggregator) emitRevision(k *keyState, e *keptWin, c candle.Candle, out 
 	}
 	e.emitted, e.gap, e.c = true, c.Gap, c.Close
 	c.Rev = e.rev
+	k.changed(e)
 	out.Candles = append(out.Candles, c)
 	a.counts.Revisions++
 	a.touch(k)
@@ -613,6 +645,16 @@ func (a *Aggregator) replay(k *keyState, w *window, data []byte) error {
 // was checkpointed whole: it does not happen).
 func (a *Aggregator) resolve() {
 	a.needResolve = false
+	for name, ks := range a.kstash {
+		k, _ := a.keys.getString(name)
+		if k == nil {
+			continue
+		}
+		slices.SortFunc(ks, func(x, y keptWin) int { return cmp.Compare(x.open, y.open) })
+		k.kept = ks
+		a.schedule(k) // its kept windows expire
+	}
+	a.kstash = nil
 	for name, cs := range a.tstash {
 		k, _ := a.keys.getString(name)
 		if k == nil {
@@ -627,6 +669,11 @@ func (a *Aggregator) resolve() {
 	}
 	a.tstash = nil
 	for k := range a.keys.all() {
+		if a.horizon == 0 && len(k.kept) == 0 && (k.baseHas || k.revFloor != 0) {
+			// Revisions were turned off: the entry goes back to its form without them.
+			k.baseHas, k.baseClose, k.baseTS, k.revFloor = false, decimal.Decimal{}, 0, 0
+			a.touch(k)
+		}
 		for i := range k.kept {
 			e := &k.kept[i]
 			if e.w != nil {
@@ -667,7 +714,7 @@ func tradesPrefix(b []byte, key string) []byte {
 
 // hasRev reports whether k's entry needs a revision section.
 func (k *keyState) hasRev() bool {
-	if len(k.kept) > 0 || k.baseHas || k.revFloor != 0 {
+	if k.baseHas || k.revFloor != 0 {
 		return true
 	}
 	for _, w := range k.wins {
@@ -690,44 +737,8 @@ func appendRev(b []byte, k *keyState) []byte {
 	} else {
 		b = append(b, 0)
 	}
-	b = binary.AppendVarint(b, k.revFloor)
-	b = binary.AppendUvarint(b, uint64(len(k.kept)))
-	for i := 0; i < len(k.kept); {
-		e := &k.kept[i]
-		// A run of gap windows alike (one after the other, same close and
-		// revision, nothing pending) is one record with its length.
-		n := 1
-		if plainGap(e) {
-			for i+n < len(k.kept) && plainGap(&k.kept[i+n]) && k.kept[i+n].open == k.kept[i+n-1].close &&
-				k.kept[i+n].rev == e.rev && k.kept[i+n].c.Cmp(e.c) == 0 {
-				n++
-			}
-		}
-		b = binary.AppendVarint(b, e.open)
-		b = binary.AppendVarint(b, e.close-e.open)
-		b = binary.AppendUvarint(b, uint64(e.rev))
-		var fl byte
-		for bit, on := range [...]bool{e.emitted, e.gap, e.pend, e.w != nil, n > 1} {
-			if on {
-				fl |= 1 << bit
-			}
-		}
-		b = append(b, fl)
-		b = appendDec(b, e.c)
-		if e.w != nil {
-			b = binary.AppendUvarint(b, uint64(e.w.tchunks))
-		}
-		if n > 1 {
-			b = binary.AppendUvarint(b, uint64(n))
-		}
-		i += n
-	}
-	return b
+	return binary.AppendVarint(b, k.revFloor)
 }
-
-// plainGap reports whether e is an emitted gap candle without trades and
-// nothing pending (a run of them is stored as one record).
-func plainGap(e *keptWin) bool { return e.emitted && e.gap && !e.pend && e.w == nil }
 
 // readRev reads what appendRev wrote into k (whose open windows are read).
 func (a *Aggregator) readRev(r *reader, k *keyState) {
@@ -738,43 +749,7 @@ func (a *Aggregator) readRev(r *reader, k *keyState) {
 		k.baseHas, k.baseClose, k.baseTS = true, r.dec(), r.varint()
 	}
 	k.revFloor = r.varint()
-	n := r.uvarint()
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		var e keptWin
-		e.open = r.varint()
-		e.close = e.open + r.varint()
-		e.rev = uint32(r.uvarint())
-		fl := r.bytes(1)
-		if fl == nil {
-			break
-		}
-		e.emitted, e.gap, e.pend = fl[0]&1 != 0, fl[0]&2 != 0, fl[0]&4 != 0
-		e.c = r.dec()
-		if fl[0]&8 != 0 {
-			e.w = a.newWindow(e.open, e.close)
-			e.w.tk = a.side
-			e.w.tchunks = uint32(r.uvarint())
-		}
-		k.kept = append(k.kept, e)
-		if fl[0]&16 != 0 { // a run of gap windows alike
-			run := r.uvarint()
-			if run < 2 || run > n-i || e.w != nil {
-				r.fail()
-				break
-			}
-			for range run - 1 {
-				e.open, e.close = e.close, a.tf.End(e.close)
-				k.kept = append(k.kept, e)
-			}
-			i += run - 1
-		}
-	}
-	if a.horizon == 0 { // revisions were turned off: nothing before the base is needed
-		k.revFloor = 0
-		if len(k.kept) == 0 {
-			k.baseHas = false
-		}
-	}
+	a.needResolve = true // the kept windows come in their own entries
 }
 
 // noRevFrom is the stored reviseFrom of a partition without one.
@@ -790,6 +765,90 @@ func (a *Aggregator) saveTrades(k *keyState, fn func(key, val []byte)) {
 		fn(a.kbuf, w.tlog)
 		w.tchunks++
 		w.tlog = w.tlog[:0]
+		if j, ok := k.keptIndex(w.open); ok && k.kept[j].w == w {
+			k.changed(&k.kept[j]) // its entry counts the chunks
+		}
 	}
 	k.tdirty = k.tdirty[:0]
+}
+
+// saveKept writes the entries of k's kept windows that changed.
+func (a *Aggregator) saveKept(k *keyState, fn func(key, val []byte)) {
+	for _, open := range k.ksave {
+		i, ok := k.keptIndex(open)
+		if !ok || !k.kept[i].dirty {
+			continue // it left the horizon
+		}
+		e := &k.kept[i]
+		e.dirty, e.saved = false, true
+		a.kbuf = binary.AppendVarint(keptPrefix(a.kbuf[:0], k.key), e.open)
+		a.vbuf = appendKept(a.vbuf[:0], e)
+		fn(a.kbuf, a.vbuf)
+	}
+	k.ksave = k.ksave[:0]
+}
+
+// keptPrefix appends the start of key's kept window entries: "r"+len+key
+// (then the window's open time).
+func keptPrefix(b []byte, key string) []byte {
+	b = append(b, entryKept)
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	return append(b, key...)
+}
+
+// appendKept writes the value of kept window e's entry: version, length,
+// revision, flags (1 emitted, 2 gap, 4 pending, 8 has trades), the close
+// of its candle and, with trades, its trade-log chunk count.
+func appendKept(b []byte, e *keptWin) []byte {
+	b = append(b, stateVersion)
+	b = binary.AppendVarint(b, e.close-e.open)
+	b = binary.AppendUvarint(b, uint64(e.rev))
+	var fl byte
+	for bit, on := range [...]bool{e.emitted, e.gap, e.pend, e.w != nil} {
+		if on {
+			fl |= 1 << bit
+		}
+	}
+	b = append(b, fl)
+	b = appendDec(b, e.c)
+	if e.w != nil {
+		b = binary.AppendUvarint(b, uint64(e.w.tchunks))
+	}
+	return b
+}
+
+// restoreKept stashes one kept window entry for resolve.
+func (a *Aggregator) restoreKept(key, val []byte) error {
+	r := reader{b: key[1:]}
+	name := string(r.bytes(r.uvarint()))
+	var e keptWin
+	e.open = r.varint()
+	if r.err != nil || len(r.b) != 0 || len(val) < 1 || val[0] != stateVersion {
+		return fmt.Errorf("restore: kept window entry %q: %w", key, errCorrupt)
+	}
+	r = reader{b: val[1:]}
+	e.close = e.open + r.varint()
+	e.rev = uint32(r.uvarint())
+	fl := r.bytes(1)
+	e.c = r.dec()
+	if fl != nil {
+		e.emitted, e.gap, e.pend, e.saved = fl[0]&1 != 0, fl[0]&2 != 0, fl[0]&4 != 0, true
+		if fl[0]&8 != 0 {
+			e.w = a.newWindow(e.open, e.close)
+			e.w.tk = a.side
+			e.w.tchunks = uint32(r.uvarint())
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = errCorrupt
+	}
+	if r.err != nil {
+		return fmt.Errorf("restore: kept window entry %q: %w", key, r.err)
+	}
+	if a.kstash == nil {
+		a.kstash = make(map[string][]keptWin)
+	}
+	a.kstash[name] = append(a.kstash[name], e)
+	a.needResolve = true
+	return nil
 }

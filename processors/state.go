@@ -17,6 +17,10 @@ import (
 //	                             window to emit, last trade time, last
 //	                             emitted trade time
 //	"i"+len+key+open+seq         one chunk of dedupe ids of one open window
+//	"t"+len+key+open+seq         with a revision horizon: one chunk of the
+//	                             trade log of one open or kept window
+//	"r"+len+key+open             with a revision horizon: one kept window
+//	                             (see revise.go)
 //
 // Ids go in append-only chunks (one per Changes call that added ids to the
 // window), so a checkpoint writes only the ids that are new, not every id of
@@ -77,6 +81,7 @@ var errCorrupt = errors.New("truncated or corrupt state entry")
 type droppedWin struct {
 	open            int64
 	chunks, tchunks uint32
+	kept            bool // its kept window entry too
 }
 
 // idChunk is an id chunk restored before the window it belongs to.
@@ -142,6 +147,11 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 				}
 				ip = 0 // a.kbuf no longer holds the ids prefix
 			}
+			if d.kept {
+				a.kbuf = binary.AppendVarint(keptPrefix(a.kbuf[:0], k.key), d.open)
+				fn(a.kbuf, nil)
+				ip = 0
+			}
 		}
 		k.dropped = k.dropped[:0]
 		if k.deleted {
@@ -154,6 +164,9 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		if len(k.tdirty) > 0 {
 			a.saveTrades(k, fn)
 			ip = 0
+		}
+		if len(k.ksave) > 0 {
+			a.saveKept(k, fn)
 		}
 		for _, w := range k.wins {
 			if a.horizon > 0 { // the ids are in the trade log
@@ -252,6 +265,11 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		return nil
 	case entryTrades:
 		return a.restoreTrades(key, val)
+	case entryKept:
+		if val == nil {
+			return fmt.Errorf("restore: kept window entry %q: %w", key, errCorrupt)
+		}
+		return a.restoreKept(key, val)
 	case entryIDs:
 		r := reader{b: key[1:]}
 		name := string(r.bytes(r.uvarint()))
