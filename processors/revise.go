@@ -610,7 +610,7 @@ func (a *Aggregator) replay(k *keyState, w *window, data []byte) error {
 			w.trades = append(w.trades, tr)
 			if a.dedupe && tr.id != "" {
 				n, isNum := numericID(tr.id)
-				w.addParsedID(tr.id, n, isNum, false)
+				w.addParsedID(tr.id, n, isNum, a.horizon == 0) // turned off: saved as id chunks again
 				k.noteID(n, isNum)
 			}
 		case recCancel, recCorrect:
@@ -669,10 +669,24 @@ func (a *Aggregator) resolve() {
 	}
 	a.tstash = nil
 	for k := range a.keys.all() {
-		if a.horizon == 0 && len(k.kept) == 0 && (k.baseHas || k.revFloor != 0) {
-			// Revisions were turned off: the entry goes back to its form without them.
-			k.baseHas, k.baseClose, k.baseTS, k.revFloor = false, decimal.Decimal{}, 0, 0
-			a.touch(k)
+		if a.horizon == 0 {
+			// Revisions were turned off: the entry goes back to its form
+			// without them, the open windows' trade logs are deleted (their
+			// ids are saved as id chunks instead; the kept windows go at the
+			// next emission).
+			if len(k.kept) == 0 && (k.baseHas || k.revFloor != 0) {
+				k.baseHas, k.baseClose, k.baseTS, k.revFloor = false, decimal.Decimal{}, 0, 0
+				a.touch(k)
+			}
+			for _, w := range k.wins {
+				if w.tchunks > 0 {
+					k.dropped = append(k.dropped, droppedWin{open: w.open, tchunks: w.tchunks})
+					w.tchunks = 0
+					clear(w.trades)
+					w.trades = w.trades[:0]
+					a.touch(k)
+				}
+			}
 		}
 		for i := range k.kept {
 			e := &k.kept[i]

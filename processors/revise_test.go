@@ -322,13 +322,38 @@ func TestReviseTurnedOnAndOff(t *testing.T) {
 	if trades() == 0 {
 		t.Fatal("no trade log in the state")
 	}
-	p = build(0)
-	st.restoreInto(t, p, rng)
-	out.Reset()
-	for i, v := range recs[2*third:] {
-		p.Process(Record{Offset: int64(2*third + i), Value: v}, &out)
+	// Off again: the same outputs with and without a restart in between
+	// (dedupe keeps the ids that were in the trade logs).
+	off := st
+	run := func(cut int) string {
+		st = store{}
+		for k, v := range off {
+			st[k] = v
+		}
+		p = build(0)
+		st.restoreInto(t, p, rng)
+		out.Reset()
+		for i, v := range recs[2*third:] {
+			if i == 2 {
+				if cut == 2 {
+					st.apply(p)
+					p = build(0)
+					st.restoreInto(t, p, rng)
+				}
+				for _, v := range recs[2*third-10 : 2*third] { // again: duplicates of trades counted with the horizon
+					p.Process(Record{Value: v}, &out)
+				}
+			}
+			p.Process(Record{Offset: int64(2*third + i), Value: v}, &out)
+		}
+		st.apply(p)
+		var b strings.Builder
+		fmtOutput(&b, &out)
+		return b.String()
 	}
-	st.apply(p)
+	if a, b := run(-1), run(2); a != b || !strings.Contains(a, "reject duplicate") {
+		t.Fatalf("turned off: a restart changes the outputs\n%s", firstDiff(b, a))
+	}
 	if n := trades(); n != 0 || strings.Contains(fmtAll(out.Candles), "rev=") {
 		t.Fatalf("turned off: %d trade log entries left, or a revision", n)
 	}
