@@ -393,6 +393,11 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	open := a.tf.Start(t.TS)
 	close := a.tf.End(open)
 	final := a.hasMax && close <= a.wm
+	if !final && k != nil && k.revFloor != 0 && open < k.revFloor {
+		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s was open when revisions were turned on: its trades from before are not kept",
+			what, t.ID, fmtMS(open), a.tfName)
+		return
+	}
 	if final && !a.revisable(k, open, close) {
 		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s closed: watermark is %s%s", what, t.ID, fmtMS(open), a.tfName, fmtMS(a.wm), a.beyond(close))
 		return

@@ -483,3 +483,27 @@ func TestRevisionCounts(t *testing.T) {
 		t.Fatalf("counts after a take: %+v", got)
 	}
 }
+
+// TestReviseOpenWindowFromBefore: a window open when the horizon was
+// turned on holds trades its log lacks: a cancel in it is refused
+// (beyond_horizon) rather than recomputing the window without them.
+func TestReviseOpenWindowFromBefore(t *testing.T) {
+	tf := tfOf(t, "1m", nil)
+	var out Output
+	p := newAgg(t, tf, nil)
+	p.Process(Record{Value: []byte(`{"s":"A","t":"2024-01-01T10:00:10Z","p":"1","q":"1","i":1}`)}, &out)
+	st := store{}
+	st.apply(p)
+	p = newAgg(t, tf, func(c *CandleConfig) { c.ReviseWithin = time.Hour })
+	st.restoreInto(t, p, nil)
+	p.Process(Record{Value: []byte(`{"s":"A","t":"2024-01-01T10:00:20Z","p":"2","q":"1","i":2}`)}, &out)
+	p.processAs(Record{Value: []byte(`{"s":"A","t":"2024-01-01T10:00:20Z","p":"2","q":"1","i":2}`)}, candle.ActionCancel, &out)
+	p.Process(Record{Value: []byte(`{"s":"A","t":"2024-01-01T10:01:00Z","p":"3","q":"1","i":3}`)}, &out)
+	var b strings.Builder
+	fmtOutput(&b, &out)
+	want := "reject beyond_horizon A offset=0: cancel of trade \"2\": window 2024-01-01T10:00:00.000Z of 1m was open when revisions were turned on: its trades from before are not kept\n" +
+		"A 1m 10:00:00 o=1 h=2 l=1 c=2 v=2 q=3 n=2 ids=1..2\n"
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
