@@ -61,16 +61,24 @@
 //     the arrival order, and the window is recomputed from its kept trades
 //     (high, low, open, close, volumes, count, first and last ids). No id,
 //     no horizon, or no such trade in that window: unknown_trade. The
-//     window closed outside the horizon: beyond_horizon. A cancel of a trade
-//     already cancelled, or a correction to the price and quantity it
-//     already has: duplicate, nothing changes. A closed window left with no
-//     trades is emitted again as a gap candle, flat at the previous close
+//     window closed outside the horizon, or was open when the horizon was
+//     turned on (its earlier trades are not kept): beyond_horizon. A cancel
+//     of a trade already cancelled, or a correction to the price and
+//     quantity it already has: duplicate, nothing changes. The decoder
+//     says which records take back a trade (candle.Trade.Action); their
+//     other fields are validated as a trade's, and a cancel's price and
+//     quantity are not used. A closed window left with no trades is
+//     emitted again as a gap candle, flat at the previous close
 //     (at its own last close when the key has no earlier candle), with gap
 //     fill on or off: a candle that went out is never withdrawn. An open
 //     window left with no trades is dropped (a repeated cancel then finds
 //     no trade: unknown_trade).
 //   - A key is freed only once its kept windows have passed the horizon.
 //     Kept windows belong to their key in a Kinesis split or merge.
+//   - A horizon turned off again (state written with one, restored with
+//     none): the kept windows and trade logs leave the state as the
+//     watermark moves; late trades are late again.
+//   - The aggregator counts what it revised for metrics: RevisionCounts.
 //
 // A Silence processor watches devices instead: it emits an event (not a
 // candle) when a device has sent nothing for a level's delay, measured on
