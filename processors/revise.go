@@ -723,13 +723,6 @@ func (a *Aggregator) restoreTrades(key, val []byte) error {
 	return nil
 }
 
-// tradesPrefix appends the start of key's trade-log chunk entries:
-// "t"+len+key (then the window's open time and the chunk's number).
-func tradesPrefix(b []byte, key string) []byte {
-	b = append(b, entryTrades)
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	return append(b, key...)
-}
 
 // hasRev reports whether k's entry needs a revision section.
 func (k *keyState) hasRev() bool {
@@ -779,7 +772,7 @@ const noRevFrom = math.MinInt64
 func (a *Aggregator) saveTrades(k *keyState, fn func(key, val []byte)) {
 	for i, w := range k.tdirty {
 		k.tdirty[i] = nil
-		a.kbuf = binary.AppendVarint(tradesPrefix(a.kbuf[:0], k.key), w.open)
+		a.kbuf = binary.AppendVarint(keyPrefix(a.kbuf[:0], entryTrades, k.key), w.open)
 		a.kbuf = binary.AppendUvarint(a.kbuf, uint64(w.tchunks))
 		fn(a.kbuf, w.tlog)
 		w.tchunks++
@@ -800,20 +793,13 @@ func (a *Aggregator) saveKept(k *keyState, fn func(key, val []byte)) {
 		}
 		e := &k.kept[i]
 		e.dirty, e.saved = false, true
-		a.kbuf = binary.AppendVarint(keptPrefix(a.kbuf[:0], k.key), e.open)
+		a.kbuf = binary.AppendVarint(keyPrefix(a.kbuf[:0], entryKept, k.key), e.open)
 		a.vbuf = appendKept(a.vbuf[:0], e)
 		fn(a.kbuf, a.vbuf)
 	}
 	k.ksave = k.ksave[:0]
 }
 
-// keptPrefix appends the start of key's kept window entries: "r"+len+key
-// (then the window's open time).
-func keptPrefix(b []byte, key string) []byte {
-	b = append(b, entryKept)
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	return append(b, key...)
-}
 
 // appendKept writes the value of kept window e's entry: version, length,
 // revision, flags (1 emitted, 2 gap, 4 pending, 8 has trades), the close

@@ -129,7 +129,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		ip := 0 // len of that prefix in a.kbuf, 0 until built
 		for _, d := range k.dropped {
 			if ip == 0 {
-				a.kbuf = idsPrefix(a.kbuf[:0], k.key)
+				a.kbuf = keyPrefix(a.kbuf[:0], entryIDs, k.key)
 				ip = len(a.kbuf)
 			}
 			a.kbuf = binary.AppendVarint(a.kbuf[:ip], d.open)
@@ -139,7 +139,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 				fn(a.kbuf, nil)
 			}
 			if d.tchunks > 0 {
-				a.kbuf = binary.AppendVarint(tradesPrefix(a.kbuf[:0], k.key), d.open)
+				a.kbuf = binary.AppendVarint(keyPrefix(a.kbuf[:0], entryTrades, k.key), d.open)
 				op := len(a.kbuf)
 				for seq := range d.tchunks {
 					a.kbuf = binary.AppendUvarint(a.kbuf[:op], uint64(seq))
@@ -148,7 +148,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 				ip = 0 // a.kbuf no longer holds the ids prefix
 			}
 			if d.kept {
-				a.kbuf = binary.AppendVarint(keptPrefix(a.kbuf[:0], k.key), d.open)
+				a.kbuf = binary.AppendVarint(keyPrefix(a.kbuf[:0], entryKept, k.key), d.open)
 				fn(a.kbuf, nil)
 				ip = 0
 			}
@@ -175,7 +175,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 			}
 			if len(w.unsaved) > 0 {
 				if ip == 0 {
-					a.kbuf = idsPrefix(a.kbuf[:0], k.key)
+					a.kbuf = keyPrefix(a.kbuf[:0], entryIDs, k.key)
 					ip = len(a.kbuf)
 				}
 				a.kbuf = binary.AppendVarint(a.kbuf[:ip], w.open)
@@ -192,11 +192,13 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 	a.dirty = a.dirty[:0]
 }
 
-// idsPrefix appends the start of key's id chunk entries: "i"+len+key. An
-// entry's key goes on with the window's open time and the chunk's number
-// (varint, uvarint).
-func idsPrefix(b []byte, key string) []byte {
-	b = append(b, entryIDs)
+// keyPrefix appends the start of the entries of one key of a kind: the
+// kind byte, the key's length (uvarint) and the key. An id chunk ("i") or
+// trade-log chunk ("t") entry's key goes on with the window's open time and
+// the chunk's number (varint, uvarint), a kept window's ("r") with the
+// window's open time.
+func keyPrefix(b []byte, kind byte, key string) []byte {
+	b = append(b, kind)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	return append(b, key...)
 }
