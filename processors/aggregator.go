@@ -73,6 +73,7 @@ type Aggregator struct {
 	dec                   *Decoder
 	clock                 Clock
 	rollups               []candle.Timeframe
+	horizon               int64 // ms: CandleConfig.ReviseWithin, 0 = off
 
 	keys table[*keyState]
 	heap keyHeap
@@ -92,6 +93,15 @@ type Aggregator struct {
 	active []*keyState // changed since the last Active call
 
 	orphans map[string][]idChunk // restored id chunks waiting for their key entry
+
+	// Revisions (horizon > 0), see revise.go.
+	revKeys     []*keyState          // keys with pending revisions
+	hasRevFrom  bool                 // reviseFrom is valid
+	reviseFrom  int64                // windows closing at or before it were emitted without a horizon
+	tstash      map[string][]tchunk  // restored trade-log chunks, replayed by resolve
+	kstash      map[string][]keptWin // restored kept windows, given to their keys by resolve
+	needResolve bool                 // Restore ran: resolve before the next use
+	counts      RevisionCounts       // since the last TakeRevisionCounts
 
 	finals finals // the invariants build only
 
@@ -129,6 +139,8 @@ type keyState struct {
 	// emitted, and the next QuietMark is at quietNext.
 	quiet              bool
 	quietAt, quietNext int64
+
+	revState // the kept windows of the revision horizon (revise.go)
 }
 
 // sizeHint is how many trades k's next window will likely hold: as many as
@@ -169,7 +181,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"lateness", cfg.Lateness}, {"idle_timeout", cfg.IdleTimeout}, {"max_future", cfg.MaxFuture}, {"max_idle", cfg.MaxIdle}} {
+	}{{"lateness", cfg.Lateness}, {"idle_timeout", cfg.IdleTimeout}, {"max_future", cfg.MaxFuture}, {"max_idle", cfg.MaxIdle}, {"revise_within", cfg.ReviseWithin}} {
 		if d.v < 0 {
 			return nil, fmt.Errorf("aggregator: %s is negative (%s): use 0 to turn it off", d.name, d.v)
 		}
@@ -187,7 +199,7 @@ func NewAggregator(cfg CandleConfig, clock Clock) (*Aggregator, error) {
 		idleTimeout: cfg.IdleTimeout.Milliseconds(), maxIdle: cfg.MaxIdle.Milliseconds(),
 		dedupe: cfg.Dedupe, gapFill: cfg.GapFill, live: cfg.Live,
 		keyCheck: cfg.Decoder.cfg.KeyCheck, side: cfg.Decoder.HasSide(), rollups: slices.Clone(cfg.Rollups),
-		dec: cfg.Decoder, clock: clock,
+		dec: cfg.Decoder, clock: clock, horizon: cfg.ReviseWithin.Milliseconds(),
 		keys: newTable[*keyState](), finals: newFinals(),
 	}, nil
 }
@@ -206,6 +218,19 @@ func reject(out *Output, rec Record, rej Rejection) {
 // windows it closes are appended to out.Candles; a rejected record is
 // appended to out.Rejected and changes nothing else.
 func (a *Aggregator) Process(rec Record, out *Output) {
+	if a.needResolve {
+		a.resolve()
+	}
+	k, quote, ok := a.decodeRecord(rec, out)
+	if ok {
+		a.apply(rec, k, quote, out)
+	}
+}
+
+// decodeRecord decodes rec into a.trade and checks its key and time; a
+// rejected record is appended to out.Rejected (ok false). k is the key's
+// state (nil: a new key), quote the trade's exact price × qty.
+func (a *Aggregator) decodeRecord(rec Record, out *Output) (k *keyState, quote decimal.Sum, ok bool) {
 	var now int64 // wall clock (ms), read only when needed
 	if a.live || a.maxFuture > 0 {
 		now = a.clock.Now().UnixMilli()
@@ -214,30 +239,41 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		a.lastWall, a.hasWall, a.partDirty = now, true, true
 	}
 	t := &a.trade
-	var quote decimal.Sum
 	kb, ok := a.dec.scan(rec.Value, t, &quote)
 	if !ok {
 		reject(out, rec, a.dec.rej)
-		return
+		return nil, quote, false
 	}
-	k, _ := a.keys.get(kb)
+	k, _ = a.keys.get(kb)
 	if k != nil && k.admitted {
 		t.Key = k.key
 	} else if t.Key, ok = a.dec.intern(kb); !ok {
 		reject(out, rec, a.dec.rej)
-		return
+		return nil, quote, false
 	}
 	if a.keyCheck && !bytes.Equal(rec.Key, kb) {
 		reject(out, rec, a.keyMismatch(rec.Key, t.Key))
-		return
+		return nil, quote, false
 	}
 	if a.maxFuture > 0 {
 		if t.TS > now+a.maxFuture {
 			reject(out, rec, Rejection{Reason: ReasonFuture, Key: t.Key,
 				Detail: fmt.Sprintf("event time %s is more than %s ahead of the clock (%s)",
 					fmtMS(t.TS), time.Duration(a.maxFuture)*time.Millisecond, fmtMS(now))})
-			return
+			return nil, quote, false
 		}
+	}
+	return k, quote, true
+}
+
+// apply counts the decoded trade a.trade of key k (nil: new) into its
+// window, or hands it to the revision code when it is late or takes back
+// an earlier trade.
+func (a *Aggregator) apply(rec Record, k *keyState, quote decimal.Sum, out *Output) {
+	t := &a.trade
+	if t.Action != candle.ActionTrade {
+		a.takeBack(rec, k, t, quote, out)
+		return
 	}
 	var open, close int64
 	if k != nil && t.TS >= k.curOpen && t.TS < k.curClose {
@@ -247,8 +283,12 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		close = a.tf.End(open)
 	}
 	if a.hasMax && close <= a.wm {
+		if a.revisable(k, open, close) {
+			a.lateTrade(rec, k, t, quote, open, close, out)
+			return
+		}
 		reject(out, rec, Rejection{Reason: ReasonLate, Key: t.Key,
-			Detail: fmt.Sprintf("window %s of %s closed: watermark is %s", fmtMS(open), a.tfName, fmtMS(a.wm))})
+			Detail: fmt.Sprintf("window %s of %s closed: watermark is %s%s", fmtMS(open), a.tfName, fmtMS(a.wm), a.beyond(close))})
 		return
 	}
 	var w *window
@@ -296,6 +336,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 		k.insert(w)
 	}
 	w.add(t, v, q, quote)
+	if a.horizon > 0 {
+		k.keep(w, t, quote)
+	}
 	switch {
 	case checkID && fresh: // above every id of w too: no look at w's ids
 		w.appendNum(t.ID, idNum)
@@ -339,6 +382,9 @@ func (a *Aggregator) Process(rec Record, out *Output) {
 // while it is not, so a consumer that is behind never advances by the wall
 // clock.
 func (a *Aggregator) Tick(out *Output) {
+	if a.needResolve {
+		a.resolve()
+	}
 	if !a.live || a.idleTimeout <= 0 || !a.hasMax {
 		return
 	}
@@ -369,6 +415,9 @@ func (a *Aggregator) ResetIdle() {
 // whose candle changed since the last Active call, then forgets them. The
 // candle is only valid during fn.
 func (a *Aggregator) Active(fn func(c *candle.Candle)) {
+	if a.needResolve {
+		a.resolve()
+	}
 	for i, k := range a.active {
 		a.active[i] = nil
 		k.act = false

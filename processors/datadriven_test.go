@@ -25,7 +25,7 @@ import (
 //	config timeframe=1m lateness=0s [gap_fill] [dedupe] [live] [max_future=5s]
 //	       [idle_timeout=30s] [max_idle=3m] [zone=Asia/Seoul] [symbols=(A,B)]
 //	       [max_bytes=N] [now=HH:MM:SS] [no_qty] [no_id] [key=s time=t price=p qty=q id=i]
-//	       [key_check] [rollups=(5m,1h)] [side=x | buyer_maker=m]
+//	       [key_check] [rollups=(5m,1h)] [side=x | buyer_maker=m] [revise_within=1h]
 //
 // A candle prints "tb=… tq=…" (taker buy base and quote volume) when its
 // series has a side mapping and "ids=FIRST..LAST" when it has trade ids
@@ -33,15 +33,22 @@ import (
 //
 //	rollup from=1m to=5m [zone=…] [revise_within=1h]
 //	trades [now=…]      one record per line; "o=N " sets the offset, "<empty>" is an empty record;
-//	                    "k=KEY " sets the record key ("k=<nil>": none), default the key field's value
+//	                    "k=KEY " sets the record key ("k=<nil>": none), default the key field's value;
+//	                    "cancel " / "correct " makes the record a cancel / correction of its id
 //	candles             rollup input, one candle per line in the output format
 //	                    (a revision ends with "rev=N");
 //	                    "quiet KEY TIME" delivers a QuietMark
 //	tick now=…          moves the clock and calls Tick
 //	watermark | active | state
 //	restart             moves the state through Changes → a fresh processor → Restore
-func TestDataDriven(t *testing.T) {
-	files, err := filepath.Glob("testdata/*")
+func TestDataDriven(t *testing.T) { runDataDriven(t, "testdata/*", 13) }
+
+// TestDataDrivenRevise runs the revision fixtures in testdata/revise/
+// (CandleConfig.ReviseWithin).
+func TestDataDrivenRevise(t *testing.T) { runDataDriven(t, "testdata/revise/*", 6) }
+
+func runDataDriven(t *testing.T, glob string, want int) {
+	files, err := filepath.Glob(glob)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,8 +63,8 @@ func TestDataDriven(t *testing.T) {
 			datadriven.RunTest(t, path, h.run)
 		})
 	}
-	if ran < 13 {
-		t.Fatalf("found %d fixture files in testdata, want the 13 rule files", ran)
+	if ran < want {
+		t.Fatalf("found %d fixture files in %s, want the %d rule files", ran, glob, want)
 	}
 }
 
@@ -139,7 +146,16 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 			var key []byte
 			explicitKey := false
-			for strings.HasPrefix(line, "o=") || strings.HasPrefix(line, "k=") {
+			action := candle.ActionTrade
+			for strings.HasPrefix(line, "o=") || strings.HasPrefix(line, "k=") ||
+				strings.HasPrefix(line, "cancel ") || strings.HasPrefix(line, "correct ") {
+				if act, rest, _ := strings.Cut(line, " "); act == "cancel" || act == "correct" {
+					action, line = candle.ActionCancel, rest
+					if act == "correct" {
+						action = candle.ActionCorrect
+					}
+					continue
+				}
 				tok, rest, _ := strings.Cut(line, " ")
 				line = rest
 				if strings.HasPrefix(tok, "k=") {
@@ -182,7 +198,15 @@ func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
 				key = h.keyOf(val) // a well-behaved producer
 			}
 			out.Reset()
-			h.p.Process(Record{Offset: h.offset, Key: key, Value: val}, out)
+			if action != candle.ActionTrade {
+				a, ok := h.p.(*Aggregator)
+				if !ok {
+					d.Fatalf(t, "%q needs an aggregator", line)
+				}
+				a.processAs(Record{Offset: h.offset, Key: key, Value: val}, action, out)
+			} else {
+				h.p.Process(Record{Offset: h.offset, Key: key, Value: val}, out)
+			}
 			h.offset++
 			fmtOutput(&b, out)
 		}
@@ -313,7 +337,7 @@ func (h *ddHarness) aggregator(t *testing.T, d *datadriven.TestData, args map[st
 	}
 	return NewAggregator(CandleConfig{Timeframe: tf, Lateness: dur("lateness"), IdleTimeout: dur("idle_timeout"),
 		MaxFuture: dur("max_future"), MaxIdle: dur("max_idle"), Dedupe: flag("dedupe"), GapFill: flag("gap_fill"),
-		Live: flag("live"), Decoder: dec, Rollups: rollups}, h.clock)
+		Live: flag("live"), Decoder: dec, Rollups: rollups, ReviseWithin: dur("revise_within")}, h.clock)
 }
 
 // candleJSON turns a line in the output format into a sub-candle record.
@@ -387,6 +411,15 @@ func fmtEntry(key string, val []byte) string {
 		return "p"
 	case entryKey:
 		return "k " + key[1:]
+	case entryKept:
+		r := reader{b: []byte(key[1:])}
+		name := r.bytes(r.uvarint())
+		return fmt.Sprintf("r %s %s", name, fmtTime(r.varint()))
+	case entryTrades:
+		r := reader{b: []byte(key[1:])}
+		name := r.bytes(r.uvarint())
+		open, seq := r.varint(), r.uvarint()
+		return fmt.Sprintf("t %s %s #%d", name, fmtTime(open), seq)
 	case entryIDs:
 		r := reader{b: []byte(key[1:])}
 		name := r.bytes(r.uvarint())

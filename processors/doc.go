@@ -7,7 +7,9 @@
 // reflection), validates it, counts it into the key's open window, and
 // tracks the partition's watermark W = max event time − lateness. When W
 // passes a window's close the window is final and its candle is emitted
-// exactly once; gap filling emits flat candles for windows without trades.
+// exactly once (with a revision horizon, later revisions of it follow:
+// see Revisions below); gap filling emits flat candles for windows without
+// trades.
 // A Rollup builds higher timeframes from the closed candles of a lower one,
 // key by key, as they come back from an output topic.
 //
@@ -22,6 +24,61 @@
 // direct aggregation closes them (rollup equals direct also for quiet keys)
 // and frees the key. Without gap fill a key is quiet between any two of its
 // windows with a rollup boundary in between, so its marks come then too.
+//
+// Revisions (CandleConfig.ReviseWithin = H, off at 0: then nothing below
+// applies and the output is what it was without the option):
+//
+//   - A window is revisable while it closes after W − H. A trade late for
+//     its window (close ≤ W) but inside the horizon updates the window;
+//     older, it is rejected as late, the detail naming the horizon. Windows
+//     that closed before the horizon was turned on (state written without
+//     one, restored with one) are not revisable: a trade for them is late.
+//   - Changes to closed windows are held pending, in the state, and go out
+//     when the watermark next moves (a record raising the max event time,
+//     or the live idle advance), before the finals of that move: one
+//     revision per changed window however many trades changed it, keys in
+//     key order, each key's windows in window order. A window whose candle
+//     went out is emitted again with Rev one higher; a window that never had
+//     a candle (no gap fill, a silence, a key first seen late) with rev 0,
+//     possibly after later windows of its key. Revisions are therefore a
+//     function of the input (and of the live idle advance).
+//   - The latest revision of every window inside the horizon is the candle
+//     of aggregating the same records with no trade late: gap fill and
+//     max_idle are recomputed from the oldest kept window. Gap candles are
+//     flat at the previous close and are revised when it changes, up to the
+//     next window with trades; a late trade that moves a key's last trade
+//     later extends its run of gap candles (rev 0 for the new ones), also
+//     past a run that had ended, the key's gap filling going on from the
+//     watermark. QuietMarks already sent stand: a rollup then gets
+//     sub-candles (rev 0 or higher) for parents it closed.
+//   - Dedupe also sees the ids of the kept windows: a late duplicate is
+//     rejected as duplicate. An on-time trade is checked against the open
+//     windows only, as without a horizon.
+//   - A cancel (candle.ActionCancel) or correction (ActionCorrect) names a
+//     trade by its id and by that trade's event time (which gives its
+//     window). It never moves the watermark. Inside the horizon the trade
+//     is removed, or its price and quantity replaced keeping its place in
+//     the arrival order, and the window is recomputed from its kept trades
+//     (high, low, open, close, volumes, count, first and last ids). No id,
+//     no horizon, or no such trade in that window: unknown_trade. The
+//     window closed outside the horizon, or was open when the horizon was
+//     turned on (its earlier trades are not kept): beyond_horizon. A cancel
+//     of a trade already cancelled, or a correction to the price and
+//     quantity it already has: duplicate, nothing changes. The decoder
+//     says which records take back a trade (candle.Trade.Action); their
+//     other fields are validated as a trade's, and a cancel's price and
+//     quantity are not used. A closed window left with no trades is
+//     emitted again as a gap candle, flat at the previous close
+//     (at its own last close when the key has no earlier candle), with gap
+//     fill on or off: a candle that went out is never withdrawn. An open
+//     window left with no trades is dropped (a repeated cancel then finds
+//     no trade: unknown_trade).
+//   - A key is freed only once its kept windows have passed the horizon.
+//     Kept windows belong to their key in a Kinesis split or merge.
+//   - A horizon turned off again (state written with one, restored with
+//     none): the kept windows and trade logs leave the state as the
+//     watermark moves; late trades are late again.
+//   - The aggregator counts what it revised for metrics: RevisionCounts.
 //
 // A Silence processor watches devices instead: it emits an event (not a
 // candle) when a device has sent nothing for a level's delay, measured on

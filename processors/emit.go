@@ -18,6 +18,9 @@ func (a *Aggregator) advance(out *Output) {
 			invariant.Check(a.wm >= old, "aggregator %s: watermark went back from %s to %s", a.tfName, fmtMS(old), fmtMS(a.wm))
 		}()
 	}
+	if len(a.revKeys) > 0 {
+		a.revise(out) // windows that closed before this move: in window order, before the new finals
+	}
 	if w := a.maxTS - a.lateness; w > a.wm {
 		a.wm = w
 	}
@@ -29,6 +32,16 @@ func (a *Aggregator) advance(out *Output) {
 
 // emitOne emits the next window of k (a candle or a gap) and reschedules k.
 func (a *Aggregator) emitOne(k *keyState, out *Output) {
+	if len(k.kept) > 0 && k.kept[0].close+a.horizon <= a.wm {
+		a.trimKept(k)
+		if k.deleted {
+			return
+		}
+		if p, ok := a.duePending(k); !ok || p > a.wm {
+			a.schedule(k)
+			return
+		}
+	}
 	if k.quiet {
 		a.emitQuiet(k, out)
 		return
@@ -66,9 +79,10 @@ func (a *Aggregator) emitOne(k *keyState, out *Output) {
 		if invariant.Enabled {
 			a.checkFinal(k.key, k.nextOpen, k.nextClose)
 		}
-		out.Candles = append(out.Candles, candle.Candle{Symbol: k.key, Timeframe: a.tfName,
-			OpenTime: k.nextOpen, CloseTime: k.nextClose, Open: c, High: c, Low: c, Close: c, Gap: true,
-			Taker: a.side}) // zero taker volumes when the series has a side; no trade ids
+		if a.horizon > 0 {
+			a.keepGap(k, k.nextOpen, k.nextClose, c)
+		}
+		out.Candles = append(out.Candles, a.gapCandle(k, k.nextOpen, k.nextClose, c))
 	}
 	k.nextOpen = k.nextClose
 	k.nextClose = a.tf.End(k.nextOpen)
@@ -102,6 +116,12 @@ func (a *Aggregator) goQuiet(k *keyState, n, m int64) {
 func (a *Aggregator) resume(k *keyState) {
 	k.quiet = false
 	if len(k.wins) == 0 {
+		if len(k.kept) > 0 { // kept for revisions: freed when they pass the horizon
+			k.started = false
+			a.touch(k)
+			a.schedule(k)
+			return
+		}
 		a.deleteKey(k)
 		return
 	}
@@ -146,12 +166,19 @@ func (a *Aggregator) emitWindow(k *keyState, out *Output) {
 		a.checkFinal(k.key, w.open, w.close)
 	}
 	out.Candles = append(out.Candles, a.candleOf(k, w))
+	kept := a.horizon > 0 && a.keepWindow(k, w) // before prevClose moves: it may become the base
 	k.prevClose, k.prevTS, k.hasPrev = w.c, w.cTS, true
 	k.lastN = int(min(w.n, 1<<12))
 	copy(k.wins, k.wins[1:])
 	k.wins[len(k.wins)-1] = nil
 	k.wins = k.wins[:len(k.wins)-1]
-	a.recycle(k, w)
+	if kept {
+		if k.cur == w {
+			k.cur = nil
+		}
+	} else {
+		a.recycle(k, w)
+	}
 	a.touch(k)
 }
 
@@ -170,8 +197,9 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 	if k.cur == w {
 		k.cur = nil
 	}
-	if w.chunks > 0 {
-		k.dropped = append(k.dropped, droppedWin{w.open, w.chunks})
+	k.unlog(w)
+	if w.chunks > 0 || w.tchunks > 0 {
+		k.dropped = append(k.dropped, droppedWin{open: w.open, chunks: w.chunks, tchunks: w.tchunks})
 	}
 	w.reset()
 	a.winPool = append(a.winPool, w)
@@ -203,9 +231,9 @@ func (a *Aggregator) newWindow(open, close int64) *window {
 	return w
 }
 
-// schedule puts k in the heap at its next pending close.
-func (a *Aggregator) schedule(k *keyState) {
-	var p int64
+// duePending returns the close time that makes k emit next (ok false:
+// none), not counting the expiry of its kept windows.
+func (a *Aggregator) duePending(k *keyState) (p int64, ok bool) {
 	switch {
 	case k.quiet:
 		p = k.quietNext
@@ -217,6 +245,21 @@ func (a *Aggregator) schedule(k *keyState) {
 	case len(k.wins) > 0:
 		p = k.wins[0].close
 	default:
+		return 0, false
+	}
+	return p, true
+}
+
+// schedule puts k in the heap at its next pending close, or when its
+// oldest kept window passes the revision horizon if that comes first.
+func (a *Aggregator) schedule(k *keyState) {
+	p, ok := a.duePending(k)
+	if len(k.kept) > 0 {
+		if e := k.kept[0].close + a.horizon; !ok || e < p {
+			p, ok = e, true
+		}
+	}
+	if !ok {
 		a.heap.remove(k)
 		return
 	}
@@ -235,7 +278,15 @@ func (a *Aggregator) deleteKey(k *keyState) {
 	for _, w := range k.wins {
 		a.recycle(k, w)
 	}
-	k.wins = nil
+	for _, e := range k.kept {
+		if e.saved {
+			k.dropped = append(k.dropped, droppedWin{open: e.open, kept: true})
+		}
+		if e.w != nil {
+			a.recycle(k, e.w)
+		}
+	}
+	k.wins, k.kept = nil, nil
 	k.deleted = true
 	a.touch(k)
 }

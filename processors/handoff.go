@@ -122,7 +122,7 @@ func aggregatorEntryKey(entry []byte) (string, bool, error) {
 		return "", false, nil
 	case entryKey:
 		return string(entry[1:]), true, nil
-	case entryIDs:
+	case entryIDs, entryTrades, entryKept: // "i"/"t"/"r"+len+key+…
 		r := reader{b: entry[1:]}
 		name := r.bytes(r.uvarint())
 		if r.err != nil {
@@ -147,6 +147,11 @@ func mergeAggregatorPartition(vals [][]byte) ([]byte, error) {
 		any             bool
 		wm              int64
 		wmAll, hasWM    = true, false
+		// reviseFrom: the highest of the parents', kept only when every
+		// parent with a watermark stored one (else the child takes its
+		// watermark: nothing emitted before it is revisable).
+		rf           int64 = noRevFrom
+		rfAll, hasRF       = true, false
 	)
 	for _, v := range vals {
 		if v == nil {
@@ -162,6 +167,11 @@ func mergeAggregatorPartition(vals [][]byte) ([]byte, error) {
 				wmAll = false
 			} else if x := r.varint(); !hasWM || x > wm {
 				wm, hasWM = x, true
+			}
+			if v[1]&partWM == 0 || v[1]&partRev == 0 {
+				rfAll = false
+			} else if x := r.varint(); !hasRF || x > rf {
+				rf, hasRF = x, true
 			}
 		}
 		if r.err != nil {
@@ -188,6 +198,10 @@ func mergeAggregatorPartition(vals [][]byte) ([]byte, error) {
 	out = binary.AppendVarint(out, wall)
 	if keepWM {
 		out = binary.AppendVarint(out, wm)
+		if hasRF && rfAll {
+			out[1] |= partRev
+			out = binary.AppendVarint(out, rf)
+		}
 	}
 	return out, nil
 }

@@ -27,7 +27,7 @@ type reshardCase struct {
 // parent alone and the parent, then the two children, then the merged
 // child, produce the same output from the same records, whatever the kind.
 func TestReshardSplitMergeEqualsOneProcessor(t *testing.T) {
-	for _, c := range []reshardCase{candleCase(t), multiMetricCase(t), silenceCase(t)} {
+	for _, c := range []reshardCase{candleCase(t, 0), candleCase(t, time.Minute), multiMetricCase(t), silenceCase(t)} {
 		t.Run(c.name, func(t *testing.T) { c.run(t) })
 	}
 }
@@ -155,14 +155,21 @@ func outputLines(out *Output) []string {
 	return lines
 }
 
-func candleCase(t *testing.T) reshardCase {
+// candleCase is the candles kind; with a revision horizon, one record in
+// 13 is 25 s late (a revision, across the split and merge too).
+func candleCase(t *testing.T, horizon time.Duration) reshardCase {
 	tf, _ := candle.ParseTimeframe("10s", nil)
-	c := reshardCase{name: "candles", r: CandleResharder{}, newP: func(t *testing.T) Processor {
+	name := "candles"
+	if horizon > 0 {
+		name = "candles with revisions"
+	}
+	c := reshardCase{name: name, r: CandleResharder{}, newP: func(t *testing.T) Processor {
 		dec, err := NewDecoder(DecoderConfig{Fields: Fields{Key: "symbol", Time: "ts", Price: "price", Qty: "qty", ID: "id"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := NewAggregator(CandleConfig{Timeframe: tf, Lateness: time.Second, Dedupe: true, GapFill: true, Decoder: dec}, FixedClock{})
+		a, err := NewAggregator(CandleConfig{Timeframe: tf, Lateness: time.Second, Dedupe: true, GapFill: true, Decoder: dec,
+			ReviseWithin: horizon}, FixedClock{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,8 +183,12 @@ func candleCase(t *testing.T) reshardCase {
 			if sec%11 == 0 && sec > span[0] {
 				n-- // a duplicate id: the previous trade again
 			}
+			ts := int64(sec)*1000 + int64(sec%3)*100
+			if horizon > 0 && sec%13 == 0 && sec > 25 {
+				ts -= 25000
+			}
 			c.phases[ph] = append(c.phases[ph], Record{Offset: int64(n), Key: []byte(sym),
-				Value: fmt.Appendf(nil, `{"symbol":%q,"ts":%d,"price":"%d.5","qty":"2","id":%d}`, sym, int64(sec)*1000+int64(sec%3)*100, 100+sec%17, n)})
+				Value: fmt.Appendf(nil, `{"symbol":%q,"ts":%d,"price":"%d.5","qty":"2","id":%d}`, sym, ts, 100+sec%17, n)})
 			n++
 		}
 	}
@@ -255,7 +266,7 @@ func silenceCase(t *testing.T) reshardCase {
 // parent's entries, for every built-in kind: no entry is lost, doubled or
 // changed.
 func TestReshardSplitThenMergeKeepsEveryEntry(t *testing.T) {
-	for _, c := range []reshardCase{candleCase(t), multiMetricCase(t), silenceCase(t)} {
+	for _, c := range []reshardCase{candleCase(t, 0), candleCase(t, time.Minute), multiMetricCase(t), silenceCase(t)} {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.newP(t)
 			var out Output

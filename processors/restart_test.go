@@ -122,6 +122,8 @@ func TestRestartEqualsUninterrupted(t *testing.T) {
 // TestLiveRestartEqualsUninterrupted: the same with the live idle advance
 // and the future guard, driven by a clock that is a function of the record
 // index (so both runs see the same wall time).
+// Odd seeds run with a revision horizon: the late trades become revisions,
+// some pending across the idle advance and the restarts.
 func TestLiveRestartEqualsUninterrupted(t *testing.T) {
 	tf := tfOf(t, "1m", nil)
 	for seed := range uint64(6) {
@@ -131,6 +133,7 @@ func TestLiveRestartEqualsUninterrupted(t *testing.T) {
 		build := func() processor {
 			a := newAgg(t, tf, func(c *CandleConfig) {
 				c.Lateness, c.Live, c.IdleTimeout, c.MaxFuture = 20*time.Second, true, 30*time.Second, time.Minute
+				c.ReviseWithin = time.Duration(seed%2) * 10 * time.Minute
 			})
 			a.clock = clock
 			return a
@@ -166,8 +169,9 @@ func TestLiveRestartEqualsUninterrupted(t *testing.T) {
 			return b.String()
 		}
 		want := run(nil, nil)
-		if !strings.Contains(want, "reject future") || !strings.Contains(want, "-- idle advance") {
-			t.Fatalf("seed %d: the clock does not exercise the future guard and the idle advance", seed)
+		if !strings.Contains(want, "reject future") || !strings.Contains(want, "-- idle advance") ||
+			strings.Contains(want, " rev=") != (seed%2 == 1) {
+			t.Fatalf("seed %d: the clock does not exercise the future guard and the idle advance, or revisions", seed)
 		}
 		var cuts []int
 		for c := rng.IntN(100); c < len(recs); c += 1 + rng.IntN(200) {

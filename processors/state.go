@@ -17,6 +17,10 @@ import (
 //	                             window to emit, last trade time, last
 //	                             emitted trade time
 //	"i"+len+key+open+seq         one chunk of dedupe ids of one open window
+//	"t"+len+key+open+seq         with a revision horizon: one chunk of the
+//	                             trade log of one open or kept window
+//	"r"+len+key+open             with a revision horizon: one kept window
+//	                             (see revise.go)
 //
 // Ids go in append-only chunks (one per Changes call that added ids to the
 // window), so a checkpoint writes only the ids that are new, not every id of
@@ -72,10 +76,12 @@ func knownVersion(v byte) bool { return v == stateVersion || v == stateV1 }
 
 var errCorrupt = errors.New("truncated or corrupt state entry")
 
-// droppedWin is an emitted window whose id chunks are still stored.
+// droppedWin is an emitted window whose id or trade-log chunks are still
+// stored.
 type droppedWin struct {
-	open   int64
-	chunks uint32
+	open            int64
+	chunks, tchunks uint32
+	kept            bool // its kept window entry too
 }
 
 // idChunk is an id chunk restored before the window it belongs to.
@@ -87,6 +93,9 @@ type idChunk struct {
 // Changes calls fn with every state entry changed since the last call (val
 // nil = deleted), then forgets them. key and val are only valid during fn.
 func (a *Aggregator) Changes(fn func(key, val []byte)) {
+	if a.needResolve {
+		a.resolve()
+	}
 	clear(a.orphans)
 	if a.partDirty {
 		a.partDirty = false
@@ -100,6 +109,14 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		v = binary.AppendVarint(v, a.lastWall)
 		if a.hasMax {
 			v = binary.AppendVarint(v, a.wm)
+			if a.horizon > 0 {
+				v[1] |= partRev
+				rf := int64(noRevFrom)
+				if a.hasRevFrom {
+					rf = a.reviseFrom
+				}
+				v = binary.AppendVarint(v, rf)
+			}
 		}
 		a.vbuf = v
 		fn(a.kbuf, a.vbuf)
@@ -112,7 +129,7 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		ip := 0 // len of that prefix in a.kbuf, 0 until built
 		for _, d := range k.dropped {
 			if ip == 0 {
-				a.kbuf = idsPrefix(a.kbuf[:0], k.key)
+				a.kbuf = keyPrefix(a.kbuf[:0], entryIDs, k.key)
 				ip = len(a.kbuf)
 			}
 			a.kbuf = binary.AppendVarint(a.kbuf[:ip], d.open)
@@ -120,6 +137,20 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 			for seq := range d.chunks {
 				a.kbuf = binary.AppendUvarint(a.kbuf[:op], uint64(seq))
 				fn(a.kbuf, nil)
+			}
+			if d.tchunks > 0 {
+				a.kbuf = binary.AppendVarint(keyPrefix(a.kbuf[:0], entryTrades, k.key), d.open)
+				op := len(a.kbuf)
+				for seq := range d.tchunks {
+					a.kbuf = binary.AppendUvarint(a.kbuf[:op], uint64(seq))
+					fn(a.kbuf, nil)
+				}
+				ip = 0 // a.kbuf no longer holds the ids prefix
+			}
+			if d.kept {
+				a.kbuf = binary.AppendVarint(keyPrefix(a.kbuf[:0], entryKept, k.key), d.open)
+				fn(a.kbuf, nil)
+				ip = 0
 			}
 		}
 		k.dropped = k.dropped[:0]
@@ -130,10 +161,21 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 			} // else the key came back: its new state is written instead
 			continue
 		}
+		if len(k.tdirty) > 0 {
+			a.saveTrades(k, fn)
+			ip = 0
+		}
+		if len(k.ksave) > 0 {
+			a.saveKept(k, fn)
+		}
 		for _, w := range k.wins {
+			if a.horizon > 0 { // the ids are in the trade log
+				w.unsaved = w.unsaved[:0]
+				continue
+			}
 			if len(w.unsaved) > 0 {
 				if ip == 0 {
-					a.kbuf = idsPrefix(a.kbuf[:0], k.key)
+					a.kbuf = keyPrefix(a.kbuf[:0], entryIDs, k.key)
 					ip = len(a.kbuf)
 				}
 				a.kbuf = binary.AppendVarint(a.kbuf[:ip], w.open)
@@ -150,11 +192,13 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 	a.dirty = a.dirty[:0]
 }
 
-// idsPrefix appends the start of key's id chunk entries: "i"+len+key. An
-// entry's key goes on with the window's open time and the chunk's number
-// (varint, uvarint).
-func idsPrefix(b []byte, key string) []byte {
-	b = append(b, entryIDs)
+// keyPrefix appends the start of the entries of one key of a kind: the
+// kind byte, the key's length (uvarint) and the key. An id chunk ("i") or
+// trade-log chunk ("t") entry's key goes on with the window's open time and
+// the chunk's number (varint, uvarint), a kept window's ("r") with the
+// window's open time.
+func keyPrefix(b []byte, kind byte, key string) []byte {
+	b = append(b, kind)
 	b = binary.AppendUvarint(b, uint64(len(key)))
 	return append(b, key...)
 }
@@ -179,6 +223,16 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		a.wm = a.maxTS - a.stateLateness
 		if val[1]&partWM != 0 {
 			a.wm = r.varint()
+		}
+		a.hasRevFrom = false
+		if val[1]&partRev != 0 {
+			if rf := r.varint(); rf != noRevFrom {
+				a.reviseFrom, a.hasRevFrom = rf, true
+			}
+		} else if a.horizon > 0 && a.hasMax {
+			// State written without a horizon: the windows it emitted are
+			// not revisable.
+			a.reviseFrom, a.hasRevFrom, a.partDirty = a.wm, true, true
 		}
 		if r.err != nil {
 			return fmt.Errorf("restore: partition entry: %w", r.err)
@@ -211,6 +265,13 @@ func (a *Aggregator) Restore(key, val []byte) error {
 		}
 		delete(a.orphans, name)
 		return nil
+	case entryTrades:
+		return a.restoreTrades(key, val)
+	case entryKept:
+		if val == nil {
+			return fmt.Errorf("restore: kept window entry %q: %w", key, errCorrupt)
+		}
+		return a.restoreKept(key, val)
 	case entryIDs:
 		r := reader{b: key[1:]}
 		name := string(r.bytes(r.uvarint()))
@@ -268,6 +329,10 @@ func appendDec(b []byte, d decimal.Decimal) []byte {
 
 func encodeKey(b []byte, k *keyState) []byte {
 	flags := boolBits(k.started, k.hasPrev) | flagPrevTS
+	rev := k.hasRev()
+	if rev {
+		flags |= flagRevise
+	}
 	if k.quiet {
 		flags |= flagQuiet
 	}
@@ -306,6 +371,9 @@ func encodeKey(b []byte, k *keyState) []byte {
 		if trade {
 			b = appendTrade(b, w.tk, w.tbv, w.tbq, w.fid, w.lid)
 		}
+	}
+	if rev {
+		b = appendRev(b, k)
 	}
 	return b
 }
@@ -379,6 +447,13 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 			w.tk, w.tbv, w.tbq, w.fid, w.lid = r.trade(w.fid, w.lid)
 		}
 		k.wins = append(k.wins, w)
+	}
+	if val[1]&flagRevise != 0 {
+		a.readRev(&r, k)
+	} else if a.horizon > 0 && len(k.wins) > 0 {
+		// Written without a horizon: its open windows hold trades not in
+		// a trade log, so they and the windows before them stay final.
+		k.revFloor = k.wins[len(k.wins)-1].close
 	}
 	if r.err == nil && len(r.b) != 0 {
 		r.err = errCorrupt

@@ -33,6 +33,14 @@ type window struct {
 	longIDs    map[string]struct{}
 	unsaved    []byte // ids added since the last Changes, each uvarint length + bytes
 	chunks     uint32 // id chunk entries written for this window
+
+	// With a revision horizon: the window's trades in arrival order, the
+	// ids of trades cancelled from it, the trade-log records added since
+	// the last Changes and the trade-log chunk entries written (revise.go).
+	trades  []keptTrade
+	gone    []string
+	tlog    []byte
+	tchunks uint32
 }
 
 // idKey holds a trade id of up to 31 bytes without a heap allocation.
@@ -186,5 +194,8 @@ func (w *window) reset() {
 	clear(numIDs)
 	clear(ids)
 	clear(long)
-	*w = window{nums: nums, numIDs: numIDs, ids: ids, longIDs: long, unsaved: unsaved, fid: fid, lid: lid}
+	clear(w.trades) // drop the id strings
+	trades, tlog := w.trades[:0], w.tlog[:0]
+	*w = window{nums: nums, numIDs: numIDs, ids: ids, longIDs: long, unsaved: unsaved, fid: fid, lid: lid,
+		trades: trades, tlog: tlog}
 }
