@@ -1,0 +1,154 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/testkit"
+	"github.com/kandle/kandle/topology"
+)
+
+const revTopology = `
+name: rev
+brokers: [%s]
+metrics: ""
+commit_interval: 50ms
+sources:
+  trades: {topic: trades, partitions: 1}
+processors:
+  1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 1h, idle_timeout: 0s, output: {topic: rev.1m, partitions: 1}}
+  5m: {kind: rollup, from: 1m, timeframe: 5m, output: {topic: rev.5m, partitions: 1}}
+dead_letter: {topic: rev.dlq}
+`
+
+// A running group with a revision horizon: late trades inside it revise the
+// closed 1m window (rev 1, then rev 2) and, through the rollup, the closed
+// 5m window (rev 1); kandle_revisions_total counts them per stage, no late
+// trade is dead-lettered, and a replay of the same input writes the same
+// candles, revisions included.
+func TestRevisionsLiveMetricsAndReplay(t *testing.T) {
+	seeds := devBroker(t)
+	top, err := topology.Parse("rev.yaml", fmt.Appendf(nil, revTopology, seeds[0]), topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	trade := func(id int, at time.Duration, price string) *kgo.Record {
+		v := fmt.Sprintf(`{"symbol":"BTC","ts":%d,"price":"%s","qty":"1","trade_id":%d}`, t0.Add(at).UnixMilli(), price, id)
+		return &kgo.Record{Topic: "trades", Key: []byte("BTC"), Value: []byte(v)}
+	}
+	recs := []*kgo.Record{
+		trade(1, 10*time.Second, "100"),
+		trade(2, 65*time.Second, "101"),               // W 00:01:03 closes 00:00 (rev 0)
+		trade(3, 20*time.Second, "105"),               // late, inside the horizon
+		trade(4, 70*time.Second, "102"),               // the watermark moves: 00:00 rev 1
+		trade(5, 5*time.Minute+5*time.Second, "103"),  // closes 00:01 to 00:04, and the 5m window 00:00 (rev 0)
+		trade(6, 30*time.Second, "90"),                // late again: a new low
+		trade(7, 5*time.Minute+10*time.Second, "104"), // 1m 00:00 rev 2, 5m 00:00 rev 1
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	eng, err := engine.New(top, engine.WithStateDir(t.TempDir()), engine.WithInstanceID("a"), engine.WithLogger(log),
+		engine.WithRegisterer(reg), engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for counter(t, reg, "kandle_revisions_total", "1m") < 2 || counter(t, reg, "kandle_revisions_total", "5m") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("revisions after 60s: 1m %v (want 2), 5m %v (want 1)",
+				counter(t, reg, "kandle_revisions_total", "1m"), counter(t, reg, "kandle_revisions_total", "5m"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := counter(t, reg, "kandle_revisions_total", "1m"); n != 2 {
+		t.Errorf("kandle_revisions_total{stage=1m} = %v, want 2", n)
+	}
+	if n := counter(t, reg, "kandle_revisions_total", "5m"); n != 1 {
+		t.Errorf("kandle_revisions_total{stage=5m} = %v, want 1", n)
+	}
+	if n := counter(t, reg, "kandle_rejected_total", "late"); n != 0 {
+		t.Errorf("kandle_rejected_total{reason=late} = %v, want 0: every late trade is inside the horizon", n)
+	}
+
+	// The counters move when a stage emits, the topics when it commits.
+	var live map[string][]string
+	var newest *candle.Candle
+	for {
+		live, newest = map[string][]string{}, nil
+		for _, topic := range []string{"rev.1m", "rev.5m"} {
+			for _, r := range testkit.ReadTopic(t, seeds, topic) {
+				if engine.IsQuietRecord(r) {
+					continue
+				}
+				live[topic] = append(live[topic], string(r.Value))
+				c, err := candle.ParseJSON(r.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if topic == "rev.1m" && c.OpenTime == t0.UnixMilli() {
+					newest = &c
+				}
+			}
+			sort.Strings(live[topic])
+		}
+		if newest != nil && newest.Rev == 2 && len(live["rev.5m"]) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed after 60s: %v", live)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if newest == nil || newest.Rev != 2 || newest.Low.String() != "90" || newest.High.String() != "105" || newest.Trades != 3 {
+		t.Errorf("newest 1m 00:00 candle %+v, want rev 2 with low 90, high 105, 3 trades", newest)
+	}
+	var buf bytes.Buffer
+	if _, err := engine.Replay(ctx, top, seeds, engine.ReplayOptions{Started: time.Now(), Out: &topicRecorder{w: &buf}, Logger: log}); err != nil {
+		t.Fatal(err)
+	}
+	replay := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		topic, c, _ := strings.Cut(l, " ")
+		replay[topic] = append(replay[topic], c)
+	}
+	for _, topic := range []string{"rev.1m", "rev.5m"} {
+		sort.Strings(replay[topic])
+		if got, want := strings.Join(replay[topic], "\n"), strings.Join(live[topic], "\n"); got != want {
+			t.Errorf("%s: replay differs from the live run:\nreplay:\n%s\nlive:\n%s", topic, got, want)
+		}
+	}
+}
