@@ -112,20 +112,18 @@ soak: deps
 ## whose producer holds its trades for 30s, longer than the idle advance, then sends the backlog: it
 ## becomes revisions whose newest candles equal a replay's, also with instances SIGKILLed during the
 ## revision burst; the two run side by side, up to 2 minutes a round: a wait of up to 52s that puts the
-## outage across a minute boundary, 60s of input, the replay). Built with -tags outage until revisions
-## are merged in every stage; OUTAGE_COUNT=1 runs them once
+## outage across a minute boundary, 60s of input, the replay). make test runs them once; OUTAGE_COUNT=1
+## runs them once here
 OUTAGE_COUNT ?= 5
 soak-outage: deps
-	$(GO) test -tags outage -p 1 -count=$(OUTAGE_COUNT) -run '^TestOutageBacklogBecomesRevisions' -timeout 60m -v ./cmd/kandle
+	$(GO) test -p 1 -count=$(OUTAGE_COUNT) -run '^TestOutageBacklogBecomesRevisions' -timeout 60m -v ./cmd/kandle
 
 # bench/peers and deploy/chartcheck are modules of their own (Goka, sarama,
 # the Helm SDK and the Kubernetes API types stay out of kandle's go.mod),
-# which `go vet ./...` does not enter: vet them here so they keep building;
-# so is cmd/kandle with the outage tag (make soak-outage's tests).
+# which `go vet ./...` does not enter: vet them here so they keep building.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
-	$(GO) vet -tags outage ./cmd/kandle
 	cd bench/peers && $(GO) vet ./...
 	cd deploy/chartcheck && $(GO) vet ./...
 

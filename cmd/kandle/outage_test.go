@@ -1,9 +1,3 @@
-//go:build outage
-
-// The producer-outage tests need revisions in every stage (candles,
-// rollups, the revise_within key). Until those are merged they are built
-// only with -tags outage (make soak-outage); the tag goes once they pass.
-
 package main
 
 import (
