@@ -45,7 +45,8 @@ const (
 	attrTakerQuote = "tbq"
 	attrFirstID    = "first_trade_id"
 	attrLastID     = "last_trade_id"
-	attrSide       = "side" // a ledger trade's aggressor side, "buy" or "sell", when the source maps one
+	attrSide       = "side"   // a ledger trade's aggressor side, "buy" or "sell", when the source maps one
+	attrAction     = "action" // "cancel" or "correct" on a ledger record that takes back the trade with its id
 	attrTS         = "ts"
 	attrPrice      = "price"
 	attrQty        = "qty"
@@ -170,6 +171,12 @@ func (s *Sink) tradeItem(tr *candle.Trade) (pending, error) {
 		item[attrSide] = strAttr("buy")
 	case candle.SideSell:
 		item[attrSide] = strAttr("sell")
+	}
+	switch tr.Action {
+	case candle.ActionCancel: // price and qty are zero: a cancel carries none
+		item[attrAction] = strAttr("cancel")
+	case candle.ActionCorrect:
+		item[attrAction] = strAttr("correct")
 	}
 	if ttl := time.Duration(s.cfg.TTL); ttl > 0 && t.TTLAttribute != "" {
 		item[t.TTLAttribute] = numAttr(expiry(tr.TS, ttl))
@@ -352,6 +359,15 @@ func itemTrade(item map[string]types.AttributeValue) (candle.Trade, error) {
 	case "":
 	default:
 		d.fail(attrSide, `"buy" or "sell"`)
+	}
+	switch action := d.optStr(attrAction); action {
+	case "cancel":
+		tr.Action = candle.ActionCancel
+	case "correct":
+		tr.Action = candle.ActionCorrect
+	case "":
+	default:
+		d.fail(attrAction, `"cancel" or "correct"`)
 	}
 	if d.err != nil {
 		return candle.Trade{}, fmt.Errorf("decode trade item: %w", d.err)

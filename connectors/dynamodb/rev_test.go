@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
 	"github.com/kandle/kandle/internal/testkit"
 )
 
@@ -152,6 +153,51 @@ func TestWithoutRevisionsCandlesGoInBatches(t *testing.T) {
 	for i := range cs {
 		if !got[i].Equal(&cs[i]) {
 			t.Fatalf("candle %d: %+v, want %+v", i, got[i], cs[i])
+		}
+	}
+}
+
+// TestLedgerCancelAndCorrection: in a trade ledger keyed by trade id, a
+// correction overwrites the trade's item with the new price and quantity
+// and says so (action "correct"), and a cancel leaves a tombstone (action
+// "cancel", zero price and quantity) in its place: the ledger never keeps a
+// taken-back trade as if it had happened.
+func TestLedgerCancelAndCorrection(t *testing.T) {
+	ctx := context.Background()
+	dyn := testkit.Dynalite(t)
+	cfg := Config{Table: TableSpec{Name: "ledger", PKAttribute: "pk", SKAttribute: "sk", SKType: "S"},
+		Provision: true, Endpoint: dyn.URL(), PK: "{symbol}", SK: "{trade_id}"}
+	h := newSink(t, cfg, nil)
+	tr := func(id, price, qty string, a candle.Action) candle.Trade {
+		t := candle.Trade{Key: "BTC", TS: 1_700_000_000_000, ID: id, Action: a}
+		if price != "" {
+			t.Price, t.Qty = decimal.MustParse(price), decimal.MustParse(qty)
+		}
+		return t
+	}
+	for _, batch := range [][]candle.Trade{
+		{tr("1", "100", "2", candle.ActionTrade), tr("2", "101", "1", candle.ActionTrade)},
+		{tr("1", "99.5", "2", candle.ActionCorrect), tr("2", "", "", candle.ActionCancel)},
+	} {
+		if err := h.sink.WriteTrades(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.sink.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]candle.Trade{"1": tr("1", "99.5", "2", candle.ActionCorrect), "2": tr("2", "0", "0", candle.ActionCancel)}
+	items := partitionItems(t, h.raw, "ledger", "pk", "BTC")
+	if len(items) != 2 {
+		t.Fatalf("%d items, want 2: %v", len(items), items)
+	}
+	for _, it := range items {
+		got, err := itemTrade(it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := want[got.ID]; got.Price != w.Price || got.Qty != w.Qty || got.Action != w.Action {
+			t.Errorf("trade %s: %+v, want %+v", got.ID, got, w)
 		}
 	}
 }
