@@ -114,7 +114,7 @@ func TestCryptoDefaults(t *testing.T) {
 	}
 	src := top.Sources["trades"]
 	if src.Kind != "kafka" || src.Topic != "trades" || src.Partitions != 3 || src.MaxRecordBytes != 65536 || !src.KeyCheck ||
-		!reflect.DeepEqual(src.Fields, Fields{Key: "symbol", Time: "ts", Price: "price", Qty: "qty", ID: "trade_id", Side: "side"}) {
+		!reflect.DeepEqual(src.Fields, Fields{Key: "symbol", Time: "ts", Price: "price", Qty: "qty", ID: "trade_id", Side: "side", Action: "action"}) {
 		t.Fatalf("source: %+v", src)
 	}
 	p := top.Processors["1m"]
