@@ -370,7 +370,10 @@ func (a *Aggregator) lateTrade(rec Record, k *keyState, t *candle.Trade, quote d
 	a.counts.LateTrades++
 }
 
-// takeBack applies a cancel or correction t of the trade t.ID.
+// takeBack applies a cancel or correction t of the trade t.ID. The id
+// finds the trade: first in the window of the record's event time, then in
+// the key's other windows inside the horizon (see findTrade), so a feed
+// may stamp a take-back with its own time rather than the trade's.
 func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote decimal.Sum, out *Output) {
 	what := "cancel"
 	if t.Action == candle.ActionCorrect {
@@ -393,34 +396,26 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	open := a.tf.Start(t.TS)
 	close := a.tf.End(open)
 	final := a.hasMax && close <= a.wm
-	if !final && k != nil && k.revFloor != 0 && open < k.revFloor {
+	var w *window
+	ki, j, gone := -1, -1, false
+	if k != nil {
+		w, ki, j, gone = a.findTrade(k, t.ID, open)
+	}
+	switch {
+	case w == nil && final && !a.revisable(k, open, close):
+		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s closed: watermark is %s%s; no window inside the horizon holds the trade",
+			what, t.ID, fmtMS(open), a.tfName, fmtMS(a.wm), a.beyond(close))
+		return
+	case w == nil && !final && k != nil && k.revFloor != 0 && open < k.revFloor:
 		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s was open when revisions were turned on: its trades from before are not kept",
 			what, t.ID, fmtMS(open), a.tfName)
 		return
-	}
-	if final && !a.revisable(k, open, close) {
-		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s closed: watermark is %s%s", what, t.ID, fmtMS(open), a.tfName, fmtMS(a.wm), a.beyond(close))
+	case w == nil:
+		rej(ReasonUnknownTrade, "%s of trade %q: no window of %s inside the revision horizon holds such a trade (the window of its time is %s)",
+			what, t.ID, a.tfName, fmtMS(open))
 		return
-	}
-	var w *window
-	ki := -1
-	if k != nil {
-		if !final {
-			w = k.find(open)
-		} else if i, ok := k.keptIndex(open); ok {
-			ki, w = i, k.kept[i].w
-		}
-	}
-	j := -1
-	if w != nil {
-		j = w.tradeIndex(t.ID)
-	}
-	if j < 0 {
-		if w != nil && slices.Contains(w.gone, t.ID) {
-			rej(ReasonDuplicate, "trade %q was already cancelled", t.ID)
-			return
-		}
-		rej(ReasonUnknownTrade, "%s of trade %q: window %s of %s holds no such trade", what, t.ID, fmtMS(open), a.tfName)
+	case gone:
+		rej(ReasonDuplicate, "trade %q was already cancelled", t.ID)
 		return
 	}
 	tr := &w.trades[j]
@@ -453,7 +448,7 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	}
 	k.admitted = true
 	a.touch(k)
-	if final {
+	if ki >= 0 {
 		a.markPending(k, ki)
 		return
 	}
@@ -464,6 +459,57 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	if w.n == 0 {
 		a.dropOpen(k, w)
 	}
+}
+
+// findTrade finds the trade id among k's windows a take-back may change:
+// the open windows (but those open when revisions were turned on, whose
+// earlier trades are not kept) and the kept windows inside the horizon.
+// The window at open (that of the take-back's event time) is looked at
+// first, then the others from the newest to the oldest; the first window
+// that holds the id, or cancelled it, answers. w is nil when none does;
+// else ki is w's index in k.kept (-1: an open window) and j the trade's
+// index in w.trades, or gone is true: w cancelled it. With dedupe a
+// window's id set rules it out at once; without, its kept trades are
+// scanned. The answer depends on the state only, which a restore brings
+// back whole: a replay and a restarted run find the same window.
+func (a *Aggregator) findTrade(k *keyState, id string, open int64) (w *window, ki, j int, gone bool) {
+	n, isNum := numericID(id)
+	look := func(x *window) bool {
+		if x == nil || (k.revFloor != 0 && x.open < k.revFloor) || (a.dedupe && !x.hasParsedID(id, n, isNum)) {
+			return false
+		}
+		if j = x.tradeIndex(id); j >= 0 {
+			return true
+		}
+		gone = slices.Contains(x.gone, id)
+		return gone
+	}
+	keptAt := func(i int) *window {
+		if e := &k.kept[i]; a.revisable(k, e.open, e.close) {
+			return e.w
+		}
+		return nil
+	}
+	// The window of the take-back's time.
+	if x := k.find(open); look(x) {
+		return x, -1, j, gone
+	}
+	own, ownKept := k.keptIndex(open)
+	if ownKept && look(keptAt(own)) {
+		return k.kept[own].w, own, j, gone
+	}
+	// The others, newest first: open windows open after every kept one.
+	for i := len(k.wins) - 1; i >= 0; i-- {
+		if x := k.wins[i]; x.open != open && look(x) {
+			return x, -1, j, gone
+		}
+	}
+	for i := len(k.kept) - 1; i >= 0; i-- {
+		if k.kept[i].open != open && look(keptAt(i)) {
+			return k.kept[i].w, i, j, gone
+		}
+	}
+	return nil, -1, -1, false
 }
 
 // dropOpen drops k's open window w, left without trades by a cancel.
