@@ -769,7 +769,6 @@ func (a *Aggregator) restoreTrades(key, val []byte) error {
 	return nil
 }
 
-
 // hasRev reports whether k's entry needs a revision section.
 func (k *keyState) hasRev() bool {
 	if k.baseHas || k.revFloor != 0 {
@@ -845,7 +844,6 @@ func (a *Aggregator) saveKept(k *keyState, fn func(key, val []byte)) {
 	}
 	k.ksave = k.ksave[:0]
 }
-
 
 // appendKept writes the value of kept window e's entry: version, length,
 // revision, flags (1 emitted, 2 gap, 4 pending, 8 has trades), the close
