@@ -63,7 +63,8 @@
 //     (not a window that was open when the horizon was turned on: its
 //     earlier trades are not kept). The first that holds the id, or
 //     cancelled it, answers; with dedupe each window's id set rules it out
-//     at once, without it the kept trades are scanned. The search reads
+//     at once, without it a closed window whose range of numeric ids
+//     cannot hold the id is skipped and the others' kept trades scanned. The search reads
 //     the state only, which a restore brings back whole, so a replay and a
 //     restarted run find the same window. A take-back never moves the
 //     watermark. The trade is removed, or its price and quantity replaced

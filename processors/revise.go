@@ -80,6 +80,46 @@ type keptWin struct {
 	w           *window         // its trades (nil: it never had any)
 	dirty       bool            // in the key's ksave: its entry is written at the next Changes
 	saved       bool            // its entry is stored
+	span        idSpan          // without dedupe: the ids it may hold, for findTrade
+}
+
+// idSpan bounds the trade ids a kept window holds or cancelled, so that
+// findTrade (without dedupe, which has no id sets) scans only the windows
+// that may hold an id. It is worked out at the window's first look and
+// widened by the late trades it takes after; it only ever grows, so it
+// never rules out a window that holds the id (it is not stored: a
+// restored window works it out again).
+type idSpan struct {
+	known  bool   // worked out
+	num    bool   // every id is a canonical decimal number (numericID), in [lo, hi]
+	lo, hi uint64 // lo > hi: no id
+}
+
+// widen makes s cover id.
+func (s *idSpan) widen(id string) {
+	if id == "" { // a take-back needs an id: never looked for
+		return
+	}
+	n, ok := numericID(id)
+	s.num = s.num && ok
+	s.lo, s.hi = min(s.lo, n), max(s.hi, n)
+}
+
+// of works out s for window w.
+func (s *idSpan) of(w *window) {
+	*s = idSpan{known: true, num: true, lo: math.MaxUint64}
+	for i := range w.trades {
+		s.widen(w.trades[i].id)
+	}
+	for _, id := range w.gone {
+		s.widen(id)
+	}
+}
+
+// mayHold reports whether a window with span s may hold id (n, isNum its
+// numericID).
+func (s *idSpan) mayHold(n uint64, isNum bool) bool {
+	return !s.num || (isNum && s.lo <= n && n <= s.hi)
 }
 
 // revState is a key's revision state (empty without a horizon).
@@ -361,6 +401,9 @@ func (a *Aggregator) lateTrade(rec Record, k *keyState, t *candle.Trade, quote d
 	}
 	w.add(t, v, q, quote)
 	k.keep(w, t, quote)
+	if e.span.known {
+		e.span.widen(t.ID)
+	}
 	if checkID {
 		w.addParsedID(t.ID, idNum, idIsNum, false)
 		k.noteID(idNum, idIsNum)
@@ -469,9 +512,11 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 // that holds the id, or cancelled it, answers. w is nil when none does;
 // else ki is w's index in k.kept (-1: an open window) and j the trade's
 // index in w.trades, or gone is true: w cancelled it. With dedupe a
-// window's id set rules it out at once; without, its kept trades are
+// window's id set rules it out at once; without, a closed window whose
+// idSpan cannot hold the id is skipped, the others' kept trades are
 // scanned. The answer depends on the state only, which a restore brings
-// back whole: a replay and a restarted run find the same window.
+// back whole (the spans only skip windows that cannot hold the id): a
+// replay and a restarted run find the same window.
 func (a *Aggregator) findTrade(k *keyState, id string, open int64) (w *window, ki, j int, gone bool) {
 	n, isNum := numericID(id)
 	look := func(x *window) bool {
@@ -485,10 +530,19 @@ func (a *Aggregator) findTrade(k *keyState, id string, open int64) (w *window, k
 		return gone
 	}
 	keptAt := func(i int) *window {
-		if e := &k.kept[i]; a.revisable(k, e.open, e.close) {
-			return e.w
+		e := &k.kept[i]
+		if e.w == nil || !a.revisable(k, e.open, e.close) {
+			return nil
 		}
-		return nil
+		if !a.dedupe {
+			if !e.span.known {
+				e.span.of(e.w)
+			}
+			if !e.span.mayHold(n, isNum) {
+				return nil
+			}
+		}
+		return e.w
 	}
 	// The window of the take-back's time.
 	if x := k.find(open); look(x) {
