@@ -45,7 +45,7 @@ func TestDataDriven(t *testing.T) { runDataDriven(t, "testdata/*", 13) }
 
 // TestDataDrivenRevise runs the revision fixtures in testdata/revise/
 // (CandleConfig.ReviseWithin).
-func TestDataDrivenRevise(t *testing.T) { runDataDriven(t, "testdata/revise/*", 6) }
+func TestDataDrivenRevise(t *testing.T) { runDataDriven(t, "testdata/revise/*", 7) }
 
 func runDataDriven(t *testing.T, glob string, want int) {
 	files, err := filepath.Glob(glob)

@@ -55,16 +55,28 @@
 //     rejected as duplicate. An on-time trade is checked against the open
 //     windows only, as without a horizon.
 //   - A cancel (candle.ActionCancel) or correction (ActionCorrect) names a
-//     trade by its id and by that trade's event time (which gives its
-//     window). It never moves the watermark. Inside the horizon the trade
-//     is removed, or its price and quantity replaced keeping its place in
-//     the arrival order, and the window is recomputed from its kept trades
-//     (high, low, open, close, volumes, count, first and last ids). No id,
-//     no horizon, or no such trade in that window: unknown_trade. The
-//     window closed outside the horizon, or was open when the horizon was
-//     turned on (its earlier trades are not kept): beyond_horizon. A cancel
-//     of a trade already cancelled, or a correction to the price and
-//     quantity it already has: duplicate, nothing changes. The decoder
+//     trade by its id: the id finds the trade, the record's event time
+//     need not be the trade's (feeds stamp a cancel with the time of the
+//     cancel message). The window of the record's event time is looked at
+//     first, then the key's other windows a take-back may change, newest
+//     first: its open windows and its closed windows inside the horizon
+//     (not a window that was open when the horizon was turned on: its
+//     earlier trades are not kept). The first that holds the id, or
+//     cancelled it, answers; with dedupe each window's id set rules it out
+//     at once, without it a closed window whose range of numeric ids
+//     cannot hold the id is skipped and the others' kept trades scanned. The search reads
+//     the state only, which a restore brings back whole, so a replay and a
+//     restarted run find the same window. A take-back never moves the
+//     watermark. The trade is removed, or its price and quantity replaced
+//     keeping its place in the arrival order, and its window is recomputed
+//     from its kept trades (high, low, open, close, volumes, count, first
+//     and last ids); a closed window is revised at the next watermark move
+//     like a late trade's. No id or no horizon: unknown_trade. No window
+//     holds the id: beyond_horizon when the window of the record's event
+//     time closed outside the horizon (or was open when the horizon was
+//     turned on), else unknown_trade. A cancel of a trade already
+//     cancelled, or a correction to the price and quantity it already
+//     has: duplicate, nothing changes. The decoder
 //     says which records take back a trade (candle.Trade.Action); their
 //     other fields are validated as a trade's, and a cancel's price and
 //     quantity are not used. A closed window left with no trades is

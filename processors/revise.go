@@ -80,6 +80,46 @@ type keptWin struct {
 	w           *window         // its trades (nil: it never had any)
 	dirty       bool            // in the key's ksave: its entry is written at the next Changes
 	saved       bool            // its entry is stored
+	span        idSpan          // without dedupe: the ids it may hold, for findTrade
+}
+
+// idSpan bounds the trade ids a kept window holds or cancelled, so that
+// findTrade (without dedupe, which has no id sets) scans only the windows
+// that may hold an id. It is worked out at the window's first look and
+// widened by the late trades it takes after; it only ever grows, so it
+// never rules out a window that holds the id (it is not stored: a
+// restored window works it out again).
+type idSpan struct {
+	known  bool   // worked out
+	num    bool   // every id is a canonical decimal number (numericID), in [lo, hi]
+	lo, hi uint64 // lo > hi: no id
+}
+
+// widen makes s cover id.
+func (s *idSpan) widen(id string) {
+	if id == "" { // a take-back needs an id: never looked for
+		return
+	}
+	n, ok := numericID(id)
+	s.num = s.num && ok
+	s.lo, s.hi = min(s.lo, n), max(s.hi, n)
+}
+
+// of works out s for window w.
+func (s *idSpan) of(w *window) {
+	*s = idSpan{known: true, num: true, lo: math.MaxUint64}
+	for i := range w.trades {
+		s.widen(w.trades[i].id)
+	}
+	for _, id := range w.gone {
+		s.widen(id)
+	}
+}
+
+// mayHold reports whether a window with span s may hold id (n, isNum its
+// numericID).
+func (s *idSpan) mayHold(n uint64, isNum bool) bool {
+	return !s.num || (isNum && s.lo <= n && n <= s.hi)
 }
 
 // revState is a key's revision state (empty without a horizon).
@@ -361,6 +401,9 @@ func (a *Aggregator) lateTrade(rec Record, k *keyState, t *candle.Trade, quote d
 	}
 	w.add(t, v, q, quote)
 	k.keep(w, t, quote)
+	if e.span.known {
+		e.span.widen(t.ID)
+	}
 	if checkID {
 		w.addParsedID(t.ID, idNum, idIsNum, false)
 		k.noteID(idNum, idIsNum)
@@ -370,7 +413,10 @@ func (a *Aggregator) lateTrade(rec Record, k *keyState, t *candle.Trade, quote d
 	a.counts.LateTrades++
 }
 
-// takeBack applies a cancel or correction t of the trade t.ID.
+// takeBack applies a cancel or correction t of the trade t.ID. The id
+// finds the trade: first in the window of the record's event time, then in
+// the key's other windows inside the horizon (see findTrade), so a feed
+// may stamp a take-back with its own time rather than the trade's.
 func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote decimal.Sum, out *Output) {
 	what := "cancel"
 	if t.Action == candle.ActionCorrect {
@@ -393,34 +439,26 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	open := a.tf.Start(t.TS)
 	close := a.tf.End(open)
 	final := a.hasMax && close <= a.wm
-	if !final && k != nil && k.revFloor != 0 && open < k.revFloor {
+	var w *window
+	ki, j, gone := -1, -1, false
+	if k != nil {
+		w, ki, j, gone = a.findTrade(k, t.ID, open)
+	}
+	switch {
+	case w == nil && final && !a.revisable(k, open, close):
+		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s closed: watermark is %s%s; no window inside the horizon holds the trade",
+			what, t.ID, fmtMS(open), a.tfName, fmtMS(a.wm), a.beyond(close))
+		return
+	case w == nil && !final && k != nil && k.revFloor != 0 && open < k.revFloor:
 		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s was open when revisions were turned on: its trades from before are not kept",
 			what, t.ID, fmtMS(open), a.tfName)
 		return
-	}
-	if final && !a.revisable(k, open, close) {
-		rej(ReasonBeyondHorizon, "%s of trade %q: window %s of %s closed: watermark is %s%s", what, t.ID, fmtMS(open), a.tfName, fmtMS(a.wm), a.beyond(close))
+	case w == nil:
+		rej(ReasonUnknownTrade, "%s of trade %q: no window of %s inside the revision horizon holds such a trade (the window of its time is %s)",
+			what, t.ID, a.tfName, fmtMS(open))
 		return
-	}
-	var w *window
-	ki := -1
-	if k != nil {
-		if !final {
-			w = k.find(open)
-		} else if i, ok := k.keptIndex(open); ok {
-			ki, w = i, k.kept[i].w
-		}
-	}
-	j := -1
-	if w != nil {
-		j = w.tradeIndex(t.ID)
-	}
-	if j < 0 {
-		if w != nil && slices.Contains(w.gone, t.ID) {
-			rej(ReasonDuplicate, "trade %q was already cancelled", t.ID)
-			return
-		}
-		rej(ReasonUnknownTrade, "%s of trade %q: window %s of %s holds no such trade", what, t.ID, fmtMS(open), a.tfName)
+	case gone:
+		rej(ReasonDuplicate, "trade %q was already cancelled", t.ID)
 		return
 	}
 	tr := &w.trades[j]
@@ -453,7 +491,7 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	}
 	k.admitted = true
 	a.touch(k)
-	if final {
+	if ki >= 0 {
 		a.markPending(k, ki)
 		return
 	}
@@ -464,6 +502,68 @@ func (a *Aggregator) takeBack(rec Record, k *keyState, t *candle.Trade, quote de
 	if w.n == 0 {
 		a.dropOpen(k, w)
 	}
+}
+
+// findTrade finds the trade id among k's windows a take-back may change:
+// the open windows (but those open when revisions were turned on, whose
+// earlier trades are not kept) and the kept windows inside the horizon.
+// The window at open (that of the take-back's event time) is looked at
+// first, then the others from the newest to the oldest; the first window
+// that holds the id, or cancelled it, answers. w is nil when none does;
+// else ki is w's index in k.kept (-1: an open window) and j the trade's
+// index in w.trades, or gone is true: w cancelled it. With dedupe a
+// window's id set rules it out at once; without, a closed window whose
+// idSpan cannot hold the id is skipped, the others' kept trades are
+// scanned. The answer depends on the state only, which a restore brings
+// back whole (the spans only skip windows that cannot hold the id): a
+// replay and a restarted run find the same window.
+func (a *Aggregator) findTrade(k *keyState, id string, open int64) (w *window, ki, j int, gone bool) {
+	n, isNum := numericID(id)
+	look := func(x *window) bool {
+		if x == nil || (k.revFloor != 0 && x.open < k.revFloor) || (a.dedupe && !x.hasParsedID(id, n, isNum)) {
+			return false
+		}
+		if j = x.tradeIndex(id); j >= 0 {
+			return true
+		}
+		gone = slices.Contains(x.gone, id)
+		return gone
+	}
+	keptAt := func(i int) *window {
+		e := &k.kept[i]
+		if e.w == nil || !a.revisable(k, e.open, e.close) {
+			return nil
+		}
+		if !a.dedupe {
+			if !e.span.known {
+				e.span.of(e.w)
+			}
+			if !e.span.mayHold(n, isNum) {
+				return nil
+			}
+		}
+		return e.w
+	}
+	// The window of the take-back's time.
+	if x := k.find(open); look(x) {
+		return x, -1, j, gone
+	}
+	own, ownKept := k.keptIndex(open)
+	if ownKept && look(keptAt(own)) {
+		return k.kept[own].w, own, j, gone
+	}
+	// The others, newest first: open windows open after every kept one.
+	for i := len(k.wins) - 1; i >= 0; i-- {
+		if x := k.wins[i]; x.open != open && look(x) {
+			return x, -1, j, gone
+		}
+	}
+	for i := len(k.kept) - 1; i >= 0; i-- {
+		if k.kept[i].open != open && look(keptAt(i)) {
+			return k.kept[i].w, i, j, gone
+		}
+	}
+	return nil, -1, -1, false
 }
 
 // dropOpen drops k's open window w, left without trades by a cancel.
@@ -723,7 +823,6 @@ func (a *Aggregator) restoreTrades(key, val []byte) error {
 	return nil
 }
 
-
 // hasRev reports whether k's entry needs a revision section.
 func (k *keyState) hasRev() bool {
 	if k.baseHas || k.revFloor != 0 {
@@ -799,7 +898,6 @@ func (a *Aggregator) saveKept(k *keyState, fn func(key, val []byte)) {
 	}
 	k.ksave = k.ksave[:0]
 }
-
 
 // appendKept writes the value of kept window e's entry: version, length,
 // revision, flags (1 emitted, 2 gap, 4 pending, 8 has trades), the close

@@ -120,3 +120,50 @@ func BenchmarkReviseHorizon(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTakeBackByID is what finding a take-back's trade by its id
+// costs when the record is stamped with the time of the cancel message,
+// not the trade's: one key with 60 closed 1m windows of 1000 trades each
+// inside a 1h horizon, a correction (hit, of a trade 30 minutes back) or a
+// cancel of an id no window holds (miss: every window is looked at), each
+// stamped in the newest window. With dedupe each window's id set answers;
+// without, the kept trades are scanned.
+func BenchmarkTakeBackByID(b *testing.B) {
+	const perWin, wins = 1000, 60
+	for _, dedupe := range []bool{true, false} {
+		a := newAgg(b, tfOf(b, "1m", nil), func(c *CandleConfig) {
+			c.Lateness, c.ReviseWithin, c.Dedupe = 0, time.Hour, dedupe
+		})
+		t0 := baseDay.Add(10 * time.Hour).UnixMilli()
+		var out Output
+		for i := range perWin*wins + 1 {
+			out.Reset()
+			ts := t0 + int64(i)*60_000/perWin
+			a.Process(Record{Value: fmt.Appendf(nil, `{"s":"A","t":%d,"p":"1","q":"1","i":%d}`, ts, i)}, &out)
+		}
+		now := t0 + wins*60_000
+		hit := [2][]byte{
+			fmt.Appendf(nil, `{"s":"A","t":%d,"p":"2","q":"1","i":%d}`, now, perWin*wins/2),
+			fmt.Appendf(nil, `{"s":"A","t":%d,"p":"3","q":"1","i":%d}`, now, perWin*wins/2),
+		}
+		miss := fmt.Appendf(nil, `{"s":"A","t":%d,"p":"1","q":"1","i":%d}`, now, 10*perWin*wins)
+		b.Run(fmt.Sprintf("dedupe=%v/hit", dedupe), func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				out.Reset()
+				a.processAs(Record{Value: hit[i%2]}, candle.ActionCorrect, &out)
+				if len(out.Rejected) > 0 {
+					b.Fatal(out.Rejected[0].Detail)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("dedupe=%v/miss", dedupe), func(b *testing.B) {
+			for b.Loop() {
+				out.Reset()
+				a.processAs(Record{Value: miss}, candle.ActionCancel, &out)
+				if len(out.Rejected) != 1 || out.Rejected[0].Reason != ReasonUnknownTrade {
+					b.Fatalf("%+v", out.Rejected)
+				}
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -179,9 +180,30 @@ func fmtAll(cs []candle.Candle) string {
 	return b.String()
 }
 
+// stampLater gives a take-back of the trade old, sent after the record
+// now, either the trade's own event time or, half the time, a later one:
+// the time of the cancel message, up to 90s after the later of the two
+// (feeds stamp take-backs so). moved says the time is in another minute
+// than the trade's.
+func stampLater(rng *rand.Rand, old, now []byte) (v []byte, moved bool) {
+	if rng.IntN(2) == 0 {
+		return old, false
+	}
+	ts := func(v []byte) int64 {
+		_, rest, _ := strings.Cut(string(v), `"t":`)
+		n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+		return n
+	}
+	t0 := ts(old)
+	t := max(t0, ts(now)) + rng.Int64N(90_000)
+	v = []byte(strings.Replace(string(old), fmt.Sprintf(`"t":%d,`, t0), fmt.Sprintf(`"t":%d,`, t), 1))
+	return v, t/60_000 != t0/60_000
+}
+
 // withTakeBacks adds cancels and corrections of earlier records of recs
-// (sometimes repeated, sometimes of an unknown id) at random later places;
-// acts says which records take back a trade.
+// (sometimes repeated, sometimes of an unknown id) at random later places,
+// stamped with the trade's time or a later one; acts says which records
+// take back a trade.
 func withTakeBacks(rng *rand.Rand, recs [][]byte) ([][]byte, []candle.Action) {
 	out := make([][]byte, 0, len(recs)+len(recs)/10)
 	acts := make([]candle.Action, 0, cap(out))
@@ -190,7 +212,7 @@ func withTakeBacks(rng *rand.Rand, recs [][]byte) ([][]byte, []candle.Action) {
 		if i < 20 || rng.IntN(12) != 0 {
 			continue
 		}
-		old := out[len(out)-1-rng.IntN(min(len(out), 300))]
+		old, _ := stampLater(rng, out[len(out)-1-rng.IntN(min(len(out), 300))], v)
 		act := candle.ActionCancel
 		switch rng.IntN(4) {
 		case 0:
@@ -382,6 +404,7 @@ func TestReviseTakeBacksEqualOnTime(t *testing.T) {
 		var acts []candle.Action
 		cancelled := map[string]bool{}
 		price := map[string]string{} // id → corrected record
+		moved := 0                   // take-backs stamped in another window than their trade's
 		for i, v := range trades {
 			recs, acts = append(recs, v), append(acts, candle.ActionTrade)
 			if i < 20 || rng.IntN(10) != 0 {
@@ -389,20 +412,24 @@ func TestReviseTakeBacksEqualOnTime(t *testing.T) {
 			}
 			old := trades[i-1-rng.IntN(min(i, 200))]
 			id := idOf(old)
+			act := candle.ActionCancel
 			switch rng.IntN(4) {
 			case 0:
+				act = candle.ActionCorrect
 				old = []byte(strings.Replace(string(old), `"p":"`, fmt.Sprintf(`"p":"%d`, 1+rng.IntN(9)), 1))
-				recs, acts = append(recs, old), append(acts, candle.ActionCorrect)
 				if !cancelled[id] {
-					price[id] = string(old)
+					price[id] = string(old) // at the trade's time
 				}
 			case 1:
 				old = []byte(strings.Replace(string(old), `"i":`+id+`}`, `"i":"u`+id+`"}`, 1)) // an unknown id
-				recs, acts = append(recs, old), append(acts, candle.ActionCancel)
 			default:
-				recs, acts = append(recs, old), append(acts, candle.ActionCancel)
 				cancelled[id] = true
 			}
+			old, m := stampLater(rng, old, v)
+			if m {
+				moved++
+			}
+			recs, acts = append(recs, old), append(acts, act)
 		}
 		recs = append(recs, []byte(fmt.Sprintf(`{"s":"ZZ","t":%d,"p":"1","q":"1","i":"end"}`, baseDay.Add(48*time.Hour).UnixMilli())))
 		acts = append(acts, candle.ActionTrade)
@@ -421,8 +448,8 @@ func TestReviseTakeBacksEqualOnTime(t *testing.T) {
 		revised := withActs{newAgg(t, tf, func(c *CandleConfig) { c.Lateness, c.ReviseWithin = 5*time.Second, time.Hour }), acts}
 		got, rej := collect(t, revised, recs)
 		want, _ := collect(t, newAgg(t, tf, func(c *CandleConfig) { c.Lateness = time.Hour }), oracle)
-		if rej[ReasonLate]+rej[ReasonBeyondHorizon]+rej[ReasonMalformedJSON] > 0 || rej[ReasonUnknownTrade] == 0 {
-			t.Fatalf("seed %d: rejections %v", seed, rej)
+		if rej[ReasonLate]+rej[ReasonBeyondHorizon]+rej[ReasonMalformedJSON] > 0 || rej[ReasonUnknownTrade] == 0 || moved < 20 {
+			t.Fatalf("seed %d: rejections %v, %d take-backs stamped in another window", seed, rej, moved)
 		}
 		cut := baseDay.Add(47 * time.Hour).UnixMilli()
 		early := func(c candle.Candle) bool { return c.CloseTime > cut }
