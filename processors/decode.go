@@ -32,9 +32,10 @@ import (
 // the field, or with null, is a new trade, so a feed whose cancels carry an
 // action field and whose trades do not needs no rewriting. Any other value
 // is rejected invalid_action. A cancel or correction names the trade it
-// takes back by the trade's id and event time: its id field holds the
-// trade's id (ID set, a non-empty string or number; else missing_field)
-// and its time field the trade's event time, which gives the window. A
+// takes back by the trade's id (ID set, a non-empty string or number; else
+// missing_field): the aggregator looks for it in the window of the
+// record's own time first, then in the key's other windows inside the
+// revision horizon, so the time may be the trade's or the cancel's. A
 // cancel needs only the key, the time and the id: its price, qty and side
 // are neither required nor read, and the Trade carries zero for them. A
 // correction is read like a trade: its price and qty (and side, when
