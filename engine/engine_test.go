@@ -341,8 +341,13 @@ var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
 // The live consumer group's read-committed outputs equal a replay of the
 // same input exactly, and the 1m→5m rollup equals direct 5m aggregation.
-func TestLiveEqualsReplay(t *testing.T) {
+// Both in fused mode (c5m runs in c1m's transaction; c1h, whose input has
+// another partition count, reads its topic) and unfused.
+func TestLiveEqualsReplay(t *testing.T) { eachFuseMode(t, testLiveEqualsReplay) }
+
+func testLiveEqualsReplay(t *testing.T, mode string) {
 	f := newFixture(t)
+	setFuse(f.top, mode)
 	f.produce(20000, 1, t0, 3*time.Hour)
 	want := f.replay()
 	if len(want["c.1m"]) < 8*170 || len(want["c.1h"]) < 8*2 {
@@ -365,8 +370,13 @@ func TestLiveEqualsReplay(t *testing.T) {
 // (clockAt), as if the input were live: a caught-up instance advances by
 // that clock, and the next segment of input starts where the clock stood at
 // the stop, as trades do after a restart.
-func TestRestartResumesExactly(t *testing.T) {
+//
+// Both fused and unfused (see TestLiveEqualsReplay).
+func TestRestartResumesExactly(t *testing.T) { eachFuseMode(t, testRestartResumesExactly) }
+
+func testRestartResumesExactly(t *testing.T, mode string) {
 	f := newFixture(t)
+	setFuse(f.top, mode)
 	dir := t.TempDir()
 	f.produce(6000, 1, t0, time.Hour)
 	f.clock = clockAt(t0.Add(time.Hour))
