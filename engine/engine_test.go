@@ -360,6 +360,36 @@ func testLiveEqualsReplay(t *testing.T, mode string) {
 	defer r.stop(t)
 	f.waitFor(want, 90*time.Second)
 	f.waitIdleAdvance(want, 60*time.Second)
+	f.checkFusedOffsets(mode)
+}
+
+// checkFusedOffsets checks what `kandle offsets` says of c5m, caught up:
+// fused into c1m (its position the one its changelog holds, at the end of
+// c.1m) in fused mode; a stage of its own otherwise. c1h (its input has
+// another partition count) is never fused.
+func (f *fixture) checkFusedOffsets(mode string) {
+	f.t.Helper()
+	all, err := engine.Offsets(context.Background(), f.top, f.seeds)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, g := range all {
+		want := ""
+		if g.Name == "c5m" && mode == "fused" {
+			want = "c1m"
+		}
+		if g.FusedInto != want {
+			f.t.Errorf("offsets: %s fused into %q, want %q", g.Name, g.FusedInto, want)
+		}
+		if g.FusedInto == "" {
+			continue
+		}
+		for _, p := range g.Topics["c.1m"] {
+			if p.Committed < 0 || p.Lag != 0 {
+				f.t.Errorf("offsets: fused %s partition %d at %d of %d (lag %d), want caught up", g.Name, p.Partition, p.Committed, p.End, p.Lag)
+			}
+		}
+	}
 }
 
 // Stopping mid-stream and restarting (same Pebble dir, then an empty one that

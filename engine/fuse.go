@@ -10,6 +10,7 @@ import (
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/processors"
+	"github.com/kandle/kandle/topology"
 )
 
 // Fused chains (see "Fused chains" in the package doc): a rollup that reads
@@ -94,14 +95,18 @@ func (s *stageSpec) chain() []*stageSpec {
 // FusedInto returns, for every processor of t that runs fused, the
 // processor whose stage runs it (the first of its chain). Processors that
 // run as stages of their own are absent.
-func FusedInto(g *graph) map[string]string {
+func FusedInto(t *topology.Topology) (map[string]string, error) {
+	g, err := buildGraph(t)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]string{}
 	for _, s := range g.stages {
 		if s.fusedInto != nil {
 			out[s.Name] = s.root().Name
 		}
 	}
-	return out
+	return out, nil
 }
 
 // fusedStage is a processor fused into a live stage: what every partition's
