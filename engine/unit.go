@@ -583,7 +583,9 @@ func (t *unitTxn) produced(r *kgo.Record, err error) {
 // emit produces what a unit emitted (out, from slab) in the transaction.
 // Safe for concurrent use, each caller with its own out and slab.
 func (t *unitTxn) emit(ctx context.Context, out *processors.Output, slab *outSlab) {
-	t.emitAs(ctx, t.em, out, slab)
+	if len(out.Candles)+len(out.Events)+len(out.Rejected)+len(out.Quiet) > 0 {
+		t.em.emit(ctx, out, slab, t.produce)
+	}
 }
 
 // emitAs is emit through em: a fused processor's emitter (its output
