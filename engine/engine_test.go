@@ -415,6 +415,37 @@ func TestFuseSwitchResumesExactly(t *testing.T) {
 	testRestartResumesExactly(t, [3]string{"unfused", "fused", "unfused"})
 }
 
+// A rollup that ran as a stage of its own and had not read the tail of its
+// input when every instance stopped takes that tail once it is fused: here
+// c5m (and c1h, which reads it) did not run at all before, so at its
+// restore the fused c5m reads all of c.1m written so far, produces what it
+// makes in its first transaction, then carries on from memory. Nothing is
+// lost or doubled.
+func TestFusedTakesUnreadInput(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	setFuse(f.top, "unfused")
+	f.produce(6000, 1, t0, time.Hour)
+	f.clock = clockAt(t0.Add(time.Hour))
+	r := f.start(dir, "a", engine.WithOnly("c1m", "d5m"))
+	want := f.replay()
+	f.topics = []string{"c.1m", "d.5m"}
+	f.waitFor(map[string][]string{"c.1m": want["c.1m"], "d.5m": want["d.5m"]}, 60*time.Second)
+	r.stop(t)
+	if n := len(testkit.ReadTopic(t, f.seeds, "c.5m")); n != 0 {
+		t.Fatalf("c.5m holds %d records before c5m ever ran", n)
+	}
+
+	f.topics = nil
+	next, end := segmentAfter(f.clock)
+	f.produce(6000, 2, next, end.Sub(next))
+	f.clock = clockAt(end)
+	setFuse(f.top, "fused")
+	r = f.start(dir, "a")
+	defer r.stop(t)
+	f.waitFor(f.replay(), 60*time.Second)
+}
+
 // testRestartResumesExactly runs the three segments of
 // TestRestartResumesExactly with fusion modes[i] each.
 func testRestartResumesExactly(t *testing.T, modes [3]string) {
