@@ -50,8 +50,11 @@ dead_letter: {topic: bench.dlq}
 // BenchmarkEndToEnd measures trades/s through the whole exactly-once path on
 // the in-process dev broker: consume → 1m candles → seven rollups →
 // transactional produce of candles, changelog and offsets. The trades are
-// produced before the timer starts; the clock stops when the 1m stage has
-// committed its offsets for every trade.
+// produced before the timer starts; the clock stops when every stage has
+// committed its offsets for all its input (the 1m stage for every trade,
+// each rollup stage for every candle of the stage it reads; a fused
+// rollup is done with the stage it runs in). KANDLE_TEST_FUSE=off runs
+// every rollup as a stage of its own, =on (the default) fused.
 //
 // Two streams of 1M trades over 200 symbols: "dense" spans 2 hours (~0.02
 // closed 1m candles per trade, like a liquid market), "sparse" spans 48
@@ -114,6 +117,13 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) (rate
 	if err != nil {
 		b.Fatal(err)
 	}
+	if modes := fuseModes(); len(modes) == 1 { // KANDLE_TEST_FUSE=on or off; default: as the topology says (fused)
+		setFuse(top, modes[0])
+	}
+	groups, err := stageGroups(top)
+	if err != nil {
+		b.Fatal(err)
+	}
 	eng, err := engine.New(top, engine.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), engine.WithInstanceID("bench"))
 	if err != nil {
 		b.Fatal(err)
@@ -125,13 +135,7 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) (rate
 	start, cpu0 := time.Now(), processCPU()
 	go func() { done <- eng.Run(ctx) }()
 	adm := kadm.NewClient(cl)
-	for {
-		lag, err := adm.Lag(ctx, top.Group+".1m")
-		if err == nil {
-			if l, ok := lag[top.Group+".1m"]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
-				break
-			}
-		}
+	for !caughtUp(ctx, adm, groups) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	elapsed, cpu := time.Since(start), processCPU()-cpu0
@@ -142,6 +146,38 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) (rate
 		b.Fatal(err)
 	}
 	return float64(n) / elapsed.Seconds(), float64(n) / cpu.Seconds()
+}
+
+// stageGroups lists the consumer groups of the stages of top: a fused
+// processor has none (it is done when the stage it runs in is).
+func stageGroups(top *topology.Topology) ([]string, error) {
+	fused, err := engine.FusedInto(top)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name := range top.Processors {
+		if _, ok := fused[name]; !ok {
+			out = append(out, top.Group+"."+name)
+		}
+	}
+	return out, nil
+}
+
+// caughtUp reports whether every group has committed every offset of its
+// input, all in one look: the clock of an end-to-end run stops when the
+// last rollup has taken the last candle, fused or not.
+func caughtUp(ctx context.Context, adm *kadm.Client, groups []string) bool {
+	lag, err := adm.Lag(ctx, groups...)
+	if err != nil {
+		return false
+	}
+	for _, g := range groups {
+		if l, ok := lag[g]; !ok || len(l.Lag) == 0 || l.Lag.Total() != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // processCPU returns the CPU time (user and system) this process used.

@@ -4,7 +4,9 @@
 //
 // # Stages
 //
-// Every processor of the topology is one stage: a consumer group reading the
+// Every processor of the topology is one stage (except fused rollups, which
+// run in the stage of the processor they read: see "Fused chains"): a
+// consumer group reading the
 // processor's input topic (a source topic, or the output topic of the
 // processor it rolls up) and writing closed candles (a silence processor:
 // its events, keyed by device) to its output topic,
@@ -134,6 +136,76 @@
 // to the rollups in the same order, and replay to topics writes them too.
 // Sinks and the demo table skip them (IsQuietRecord). Only stages that
 // rollups read write quiet records.
+//
+// # Fused chains
+//
+// A rollup that reads the output of another processor with the same key
+// and the same partition count — a rollup of a candles processor whose
+// Kafka source checks that record keys are symbols (key_check), or a
+// rollup of such a rollup, its input topic with as many partitions as the
+// upstream's input — runs fused (fuse.go): not as a consumer group of its
+// own, but in the stage of the first processor of its chain, one more
+// unit on each of that stage's input partitions, in the same transaction.
+// What the upstream unit emits (Output.Candles, then Output.Quiet, the
+// order a reader of the output topic gets them in) goes straight into the
+// fused processor — candles through Process as their JSON, quiet marks
+// through Rollup.Quiet — and what that emits into the processors fused
+// into it. Every level's candles and quiet records are still produced to
+// its output topic, so sinks and other readers see no difference. A
+// processor opts out with fuse: false; processors whose keys or partition
+// counts differ (a Kinesis source's shards, an output topic with another
+// partition count, a source without key_check) read their topic as
+// before. The engine refuses to start when the partition counts on the
+// brokers differ for a fused pair, and when --only names a fused processor
+// without the stage it runs in. The rule assumes the source's producers
+// partition by the record key with Kafka's default partitioner, as
+// kandle's own output topics do: key p of the input then lands on
+// partition p of every output topic of the chain.
+//
+// State stays per processor: a fused unit has its own Pebble range
+// (namespace: its name) and its own changelog topic and keys, written in
+// the stage's transaction (unitTxn.commit takes units of several
+// changelogs); its snapshots' positions ride on the stage's offset commit
+// as extra lines of the metadata ("fused <name> <offset> <token>").
+// Its progress record holds its position on its input topic as if it had
+// read it: the offset after the last record the transaction wrote to its
+// input partition (known once the transaction's records are flushed, just
+// before its progress records are produced), so its committed state
+// always matches a point of its input topic. Its consumer group is not
+// joined: `kandle offsets` shows the processor as fused into its stage,
+// with the position its changelog holds, and refuses to reset it; `kandle
+// plan` has a RUNS column; kandle_processor_fused says which processors
+// run fused, and their records, candles, snapshots and panics are counted
+// under their own names.
+//
+// Switching fusion on a running deployment keeps the state (it is in no
+// fingerprint), with one rule: stop every instance, then start them all
+// with the new topology (`kandle plan` says so). A rolling restart would
+// run the processor fused on new instances and as a stage on old ones,
+// two writers of one changelog. After a full stop:
+//
+//   - fusing: the processor's state is restored from its own changelog;
+//     its progress is its position on its input topic (the offset its
+//     stage consumed up to, not its group's committed offsets, which are
+//     no longer used). Before the stage takes new input, the fused unit
+//     reads its input partition from that position to the last stable
+//     offset — what its upstream wrote that it had not read yet; nothing
+//     else writes there, since the upstream's unit is being restored right
+//     here — and produces what that emits in the unit's first
+//     transaction; the processors fused into it then take that output
+//     from memory after reading their own backlog. Nothing is lost, and
+//     nothing is taken twice (the Rollup also rejects a sub-candle
+//     closing at or before its last one as duplicate);
+//   - unfusing: the processor's stage restores its changelog, whose
+//     progress record is its position on its input topic, and skips the
+//     records before it, whatever its group last committed.
+//
+// Replay and `kandle test` (the in-process Pipeline) need no fusion: they
+// already hand each stage's candles and quiet records to its rollups in
+// memory, in the order of the in-process output topics, which is the
+// order a fused chain feeds them; their output is the same either way.
+// Kinesis stages are never fused: shards are not partitions, so a rollup
+// of a Kinesis candles processor reads its Kafka output topic.
 //
 // # Exactly-once protocol (Kafka → Kafka)
 //

@@ -200,6 +200,11 @@ func New(t *topology.Topology, opts ...Option) (*Engine, error) {
 			return nil, fmt.Errorf("sink %s (kind %s) has no connector attached", name, sk.Kind)
 		}
 	}
+	for _, s := range g.stages {
+		if root := s.root(); s != root && e.runs(s.Name) && !e.runs(root.Name) {
+			return nil, fmt.Errorf("processor %s runs fused into the stage of %s (it reads its output with the same key and partition count): run %s too, or set fuse: false on %s to run it as a stage of its own", s.Name, root.Name, root.Name, s.Name)
+		}
+	}
 	e.m.zero(e)
 	return e, nil
 }
@@ -293,7 +298,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		}()
 	}
 	for _, spec := range e.g.stages {
-		if !e.runs(spec.Name) {
+		if !e.runs(spec.Name) || spec.fusedInto != nil { // a fused processor runs in its chain's first stage
 			continue
 		}
 		build := func() (func(context.Context) error, error) {
@@ -528,6 +533,16 @@ func (e *Engine) changelogSpecs(ctx context.Context, cl *kgo.Client) ([]kafka.To
 	have, err := kafka.PartitionCounts(ctx, cl, inputs)
 	if err != nil {
 		return nil, err
+	}
+	var errs []error
+	for _, s := range e.g.stages {
+		if up := s.fusedInto; up != nil && have[s.InputTopic] != have[up.InputTopic] {
+			errs = append(errs, fmt.Errorf("processor %s runs fused into %s, but its input topic %s has %d partitions on the brokers and %s's input %s has %d: a fused processor's partition must hold the keys of its upstream's; set fuse: false on %s, or give the topics the same partition count",
+				s.Name, up.Name, s.InputTopic, have[s.InputTopic], up.Name, up.InputTopic, have[up.InputTopic], s.Name))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, configError{errors.Join(errs...)}
 	}
 	var specs []kafka.TopicSpec
 	for _, s := range e.g.stages {

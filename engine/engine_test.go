@@ -341,8 +341,13 @@ var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 
 // The live consumer group's read-committed outputs equal a replay of the
 // same input exactly, and the 1m→5m rollup equals direct 5m aggregation.
-func TestLiveEqualsReplay(t *testing.T) {
+// Both in fused mode (c5m runs in c1m's transaction; c1h, whose input has
+// another partition count, reads its topic) and unfused.
+func TestLiveEqualsReplay(t *testing.T) { eachFuseMode(t, testLiveEqualsReplay) }
+
+func testLiveEqualsReplay(t *testing.T, mode string) {
 	f := newFixture(t)
+	setFuse(f.top, mode)
 	f.produce(20000, 1, t0, 3*time.Hour)
 	want := f.replay()
 	if len(want["c.1m"]) < 8*170 || len(want["c.1h"]) < 8*2 {
@@ -355,6 +360,36 @@ func TestLiveEqualsReplay(t *testing.T) {
 	defer r.stop(t)
 	f.waitFor(want, 90*time.Second)
 	f.waitIdleAdvance(want, 60*time.Second)
+	f.checkFusedOffsets(mode)
+}
+
+// checkFusedOffsets checks what `kandle offsets` says of c5m, caught up:
+// fused into c1m (its position the one its changelog holds, at the end of
+// c.1m) in fused mode; a stage of its own otherwise. c1h (its input has
+// another partition count) is never fused.
+func (f *fixture) checkFusedOffsets(mode string) {
+	f.t.Helper()
+	all, err := engine.Offsets(context.Background(), f.top, f.seeds)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, g := range all {
+		want := ""
+		if g.Name == "c5m" && mode == "fused" {
+			want = "c1m"
+		}
+		if g.FusedInto != want {
+			f.t.Errorf("offsets: %s fused into %q, want %q", g.Name, g.FusedInto, want)
+		}
+		if g.FusedInto == "" {
+			continue
+		}
+		for _, p := range g.Topics["c.1m"] {
+			if p.Committed < 0 || p.Lag != 0 {
+				f.t.Errorf("offsets: fused %s partition %d at %d of %d (lag %d), want caught up", g.Name, p.Partition, p.Committed, p.End, p.Lag)
+			}
+		}
+	}
 }
 
 // Stopping mid-stream and restarting (same Pebble dir, then an empty one that
@@ -365,8 +400,57 @@ func TestLiveEqualsReplay(t *testing.T) {
 // (clockAt), as if the input were live: a caught-up instance advances by
 // that clock, and the next segment of input starts where the clock stood at
 // the stop, as trades do after a restart.
+//
+// Both fused and unfused (see TestLiveEqualsReplay).
 func TestRestartResumesExactly(t *testing.T) {
+	eachFuseMode(t, func(t *testing.T, mode string) { testRestartResumesExactly(t, [3]string{mode, mode, mode}) })
+}
+
+// Switching fusion between restarts (every instance stopped, see "Fused
+// chains" in the package doc) loses and doubles nothing: a rollup that ran
+// as a stage of its own is fused from its position on its input topic, and
+// one that ran fused resumes its stage from the position its fused commits
+// kept, on the same disk and on an empty one.
+func TestFuseSwitchResumesExactly(t *testing.T) {
+	testRestartResumesExactly(t, [3]string{"unfused", "fused", "unfused"})
+}
+
+// A rollup that ran as a stage of its own and had not read the tail of its
+// input when every instance stopped takes that tail once it is fused: here
+// c5m (and c1h, which reads it) did not run at all before, so at its
+// restore the fused c5m reads all of c.1m written so far, produces what it
+// makes in its first transaction, then carries on from memory. Nothing is
+// lost or doubled.
+func TestFusedTakesUnreadInput(t *testing.T) {
 	f := newFixture(t)
+	dir := t.TempDir()
+	setFuse(f.top, "unfused")
+	f.produce(6000, 1, t0, time.Hour)
+	f.clock = clockAt(t0.Add(time.Hour))
+	r := f.start(dir, "a", engine.WithOnly("c1m", "d5m"))
+	want := f.replay()
+	f.topics = []string{"c.1m", "d.5m"}
+	f.waitFor(map[string][]string{"c.1m": want["c.1m"], "d.5m": want["d.5m"]}, 60*time.Second)
+	r.stop(t)
+	if n := len(testkit.ReadTopic(t, f.seeds, "c.5m")); n != 0 {
+		t.Fatalf("c.5m holds %d records before c5m ever ran", n)
+	}
+
+	f.topics = nil
+	next, end := segmentAfter(f.clock)
+	f.produce(6000, 2, next, end.Sub(next))
+	f.clock = clockAt(end)
+	setFuse(f.top, "fused")
+	r = f.start(dir, "a")
+	defer r.stop(t)
+	f.waitFor(f.replay(), 60*time.Second)
+}
+
+// testRestartResumesExactly runs the three segments of
+// TestRestartResumesExactly with fusion modes[i] each.
+func testRestartResumesExactly(t *testing.T, modes [3]string) {
+	f := newFixture(t)
+	setFuse(f.top, modes[0])
 	dir := t.TempDir()
 	f.produce(6000, 1, t0, time.Hour)
 	f.clock = clockAt(t0.Add(time.Hour))
@@ -379,6 +463,7 @@ func TestRestartResumesExactly(t *testing.T) {
 	next, end := segmentAfter(f.clock)
 	f.produce(6000, 2, next, end.Sub(next))
 	f.clock = clockAt(end)
+	setFuse(f.top, modes[1])
 	r = f.start(dir, "a")
 	want = f.replay()
 	f.waitFor(want, 60*time.Second)
@@ -388,6 +473,7 @@ func TestRestartResumesExactly(t *testing.T) {
 	next, end = segmentAfter(f.clock)
 	f.produce(6000, 3, next, end.Sub(next))
 	f.clock = clockAt(end)
+	setFuse(f.top, modes[2])
 	r = f.start(t.TempDir(), "b") // a new machine: state comes from the changelog
 	defer r.stop(t)
 	f.waitFor(f.replay(), 60*time.Second)

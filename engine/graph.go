@@ -32,6 +32,11 @@ type stageSpec struct {
 	// aggregator stored its watermark, from the recorded fingerprint
 	// (checkFingerprints); nil: the processor's lateness.
 	stateLateness *time.Duration
+	// fusedInto is the stage whose unit runs this one in its transaction,
+	// feeding it its output from memory (fuse.go); nil: a stage of its
+	// own. fused lists the stages fused into this one.
+	fusedInto *stageSpec
+	fused     []*stageSpec
 }
 
 // newProcessor builds the processor of one input partition. live enables the
@@ -102,6 +107,7 @@ func buildGraph(t *topology.Topology) (*graph, error) {
 	for _, s := range g.stages {
 		s.rollups = g.rollupsOf(s.Name)
 	}
+	g.fuse()
 	return g, nil
 }
 

@@ -27,6 +27,7 @@ type metrics struct {
 	sinkWritten     *prometheus.CounterVec   // sink
 	sinkErrors      *prometheus.CounterVec   // sink
 	sinkLag         *prometheus.HistogramVec // sink: seconds from candle close to written
+	fused           *prometheus.GaugeVec     // processor, into
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -70,8 +71,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Sink write errors (retried or dead-lettered)."}, []string{"sink"}),
 		sinkLag: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kandle_sink_candle_delay_seconds",
 			Help: "Wall time from a candle's close to its durable write in a sink.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, []string{"sink"}),
+		fused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_processor_fused",
+			Help: "1 for a processor this instance runs fused into the stage named by into (in its transactions, taking its input from memory), 0 for one that runs as a stage of its own (into is empty)."}, []string{"processor", "into"}),
 	}
-	for _, c := range []prometheus.Collector{m.records, m.rejected, m.candles, m.events, m.watermark, m.transactions,
+	for _, c := range []prometheus.Collector{m.fused, m.records, m.rejected, m.candles, m.events, m.watermark, m.transactions,
 		m.commitSecs, m.restoreSecs, m.restored, m.snapshots, m.snapshotRecords, m.owned, m.idleErrors, m.panics, m.restarts, m.startupRetries, m.sinkWritten, m.sinkErrors, m.sinkLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -94,6 +97,11 @@ func (m *metrics) zero(e *Engine) {
 	for _, s := range e.g.stages {
 		if !e.runs(s.Name) {
 			continue
+		}
+		if s.fusedInto != nil {
+			m.fused.WithLabelValues(s.Name, s.root().Name).Set(1)
+		} else {
+			m.fused.WithLabelValues(s.Name, "").Set(0)
 		}
 		m.snapshots.WithLabelValues(s.Name)
 		m.snapshotRecords.WithLabelValues(s.Name)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kafka"
@@ -32,6 +33,11 @@ type GroupOffsets struct {
 	// Shards lists the lease table of a stage reading a Kinesis stream
 	// (Group is then the table's name; Topics is empty).
 	Shards []kinesis.LeaseInfo
+	// FusedInto names the processor whose stage runs this one fused (in
+	// its transactions, fed from memory): Group is then not joined, and
+	// Committed is the position the processor's changelog holds (the
+	// offset after the last input record its committed state reflects).
+	FusedInto string
 	// HoldingBack names the input partition furthest behind (lowest
 	// watermark, else largest lag): for a rollup, the upstream partition
 	// whose candles it waits for. Empty when nothing lags.
@@ -71,8 +77,11 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 			return nil, err
 		}
 		gofs.Name, gofs.Kind = s.Name, "processor"
-		if !s.Rollup {
-			if err := addWatermarks(ctx, cl, adm, g.changelogTopic(s.Name), gofs.Topics[s.InputTopic]); err != nil {
+		if s.fusedInto != nil {
+			gofs.FusedInto = s.root().Name
+		}
+		if !s.Rollup || s.fusedInto != nil {
+			if err := addProgress(ctx, cl, adm, g.changelogTopic(s.Name), gofs.Topics[s.InputTopic], s.fusedInto != nil); err != nil {
 				return nil, err
 			}
 		}
@@ -120,7 +129,7 @@ func groupOffsets(ctx context.Context, adm *kadm.Client, group string, topics ..
 		return res, fmt.Errorf("end offsets of %v: %w", topics, err)
 	}
 	committed, err := adm.FetchOffsetsForTopics(ctx, group, topics...)
-	if err != nil && !errors.Is(err, kadm.ErrEmpty) {
+	if err != nil && !errors.Is(err, kadm.ErrEmpty) && !errors.Is(err, kerr.GroupIDNotFound) { // a group never joined (a fused processor's) has nothing committed
 		return res, fmt.Errorf("committed offsets of group %s: %w", group, err)
 	}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -136,8 +145,10 @@ func groupOffsets(ctx context.Context, adm *kadm.Client, group string, topics ..
 	return res, nil
 }
 
-// addWatermarks reads the last progress record of each changelog partition.
-func addWatermarks(ctx context.Context, cl *kgo.Client, adm *kadm.Client, changelog string, parts []PartitionOffsets) error {
+// addProgress reads the last progress record of each changelog partition:
+// its watermark, and with position its next input offset as the committed
+// one (a fused processor, whose consumer group is not used).
+func addProgress(ctx context.Context, cl *kgo.Client, adm *kadm.Client, changelog string, parts []PartitionOffsets, position bool) error {
 	ends, err := adm.ListEndOffsets(ctx, changelog)
 	if err != nil {
 		return fmt.Errorf("end offsets of %s: %w", changelog, err)
@@ -161,6 +172,12 @@ func addWatermarks(ctx context.Context, cl *kgo.Client, adm *kadm.Client, change
 				if string(r.Key) == string(keyOffset) {
 					if pr, ok := DecodeProgress(r.Value); ok {
 						p.Watermark, p.HasWatermark = pr.Watermark, pr.HasWatermark
+						if position {
+							// The record at a fused position is the marker
+							// of the transaction that wrote the input it
+							// took last: not a record to read.
+							p.Committed, p.Lag = pr.NextInput, max(p.End-pr.NextInput-1, 0)
+						}
 					}
 				}
 			})
@@ -221,6 +238,9 @@ func PlanReset(ctx context.Context, t *topology.Topology, brokers []string, name
 	for _, g := range all {
 		if g.Name != name {
 			continue
+		}
+		if g.FusedInto != "" {
+			return "", nil, fmt.Errorf("processor %s runs fused into %s: its position is %s's input position, not a consumer group's; reset %s (a replay rebuilds the chain), or set fuse: false on %s first", name, g.FusedInto, g.FusedInto, g.FusedInto, name)
 		}
 		for topic, ps := range g.Topics {
 			listed, err := adm.ListOffsetsAfterMilli(ctx, at.UnixMilli(), topic)

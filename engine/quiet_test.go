@@ -29,7 +29,9 @@ import (
 	"github.com/kandle/kandle/topology"
 )
 
-// Lateness, idle_timeout and max_future are as shipped.
+// Lateness, idle_timeout and max_future are as shipped. c.1m and c.5m have
+// the trades' partition count, so c5m and c15m run fused into c1m's stage
+// unless the test unfuses them (setFuse).
 const quietTopology = `
 name: quiet
 brokers: [%s]
@@ -38,8 +40,8 @@ commit_interval: 50ms
 sources:
   trades: {topic: trades, partitions: 1}
 processors:
-  c1m: {kind: candles, from: trades, timeframe: 1m, max_idle: 3m, output: {topic: c.1m, partitions: 2}}
-  c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: c.5m, partitions: 2}}
+  c1m: {kind: candles, from: trades, timeframe: 1m, max_idle: 3m, output: {topic: c.1m, partitions: 1}}
+  c5m: {kind: rollup, from: c1m, timeframe: 5m, output: {topic: c.5m, partitions: 1}}
   c15m: {kind: rollup, from: c5m, timeframe: 15m, output: {topic: c.15m, partitions: 1}}
   d5m: {kind: candles, from: trades, timeframe: 5m, max_idle: 3m, output: {topic: d.5m, partitions: 2}}
   d15m: {kind: candles, from: trades, timeframe: 15m, max_idle: 3m, output: {topic: d.15m, partitions: 1}}
@@ -155,14 +157,20 @@ func sameSymbols(a, b map[string][]string, skip string) string {
 // 1m→5m→15m rollups equal direct 5m and 15m processors on the same trades,
 // and equal a replay; the rollup stages free the quiet keys' state
 // (tombstones in the changelog, nothing left in Pebble); a sink reading the
-// topics that carry quiet records gets every candle and no error.
-func TestLiveRollupOfQuietKeys(t *testing.T) {
+// topics that carry quiet records gets every candle and no error. Both with
+// c5m and c15m fused into c1m's stage (quiet marks handed to Rollup.Quiet
+// from memory) and as stages of their own (quiet records read from the
+// topics).
+func TestLiveRollupOfQuietKeys(t *testing.T) { eachFuseMode(t, testLiveRollupOfQuietKeys) }
+
+func testLiveRollupOfQuietKeys(t *testing.T, mode string) {
 	seeds := devBroker(t)
 	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{Sinks: map[string]topology.SinkKind{
 		"memory": {Name: "memory", Doc: "test sink", New: func() any { return &struct{}{} }}}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	setFuse(top, mode)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
 		t.Fatal(err)

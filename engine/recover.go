@@ -94,6 +94,29 @@ func (e *Engine) processGuarded(spec *stageSpec, proc processor, src string, pos
 	return nil
 }
 
+// quietGuarded hands a quiet mark to a fused rollup (q) like
+// processGuarded hands a record to a processor: a panic is recovered,
+// logged and counted, and aborts the transaction; a mark that panicked it
+// panicLimit times is passed on without it.
+func (e *Engine) quietGuarded(spec *stageSpec, q quieter, src string, pos int64, m processors.QuietMark, out *processors.Output) (err error) {
+	key := panicKey{spec.Name, src, pos}
+	if n := e.panics.count(key); n >= panicLimit {
+		out.Quiet = append(out.Quiet, m)
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			pp := &processorPanic{value: r, stack: debug.Stack()}
+			n := e.panics.add(key)
+			e.m.panics.WithLabelValues(spec.Name).Inc()
+			pp.log(e.log, "processor panicked; rebuilding the partition from its last commit", spec.Name, src, pos, n)
+			err = fmt.Errorf("stage %s %s position %d: %w: %v", spec.Name, src, pos, errProcessorPanic, pp.value)
+		}
+	}()
+	q.Quiet(m, out)
+	return nil
+}
+
 // processorPanic is a recovered panic of a processor and its stack.
 type processorPanic struct {
 	value any

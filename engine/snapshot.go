@@ -50,10 +50,12 @@ func (r snapRef) metadata() string {
 	return snapshotMetaPrefix + strconv.FormatInt(r.offset, 10) + " " + r.token
 }
 
-// parseSnapMeta reads offset-commit metadata written by metadata; anything
-// else (kgo's default, the member id; an older kandle; another tool's) names
-// no snapshot.
+// parseSnapMeta reads offset-commit metadata written by metadata (its
+// first line: the lines after it name the snapshots of fused processors,
+// fusedSnapMeta); anything else (kgo's default, the member id; an older
+// kandle; another tool's) names no snapshot.
 func parseSnapMeta(s string) (snapRef, bool) {
+	s, _, _ = strings.Cut(s, "\n")
 	rest, ok := strings.CutPrefix(s, snapshotMetaPrefix)
 	if !ok {
 		return snapRef{}, false
@@ -67,6 +69,31 @@ func parseSnapMeta(s string) (snapRef, bool) {
 		return snapRef{}, false
 	}
 	return snapRef{offset: o, token: token}, true
+}
+
+// fusedSnapPrefix starts a line of offset-commit metadata naming the
+// snapshot of a processor fused into the stage: the prefix, the
+// processor's name, the marker's offset and its token.
+const fusedSnapPrefix = "fused "
+
+// fusedSnapLine is the metadata line that names r as the snapshot of the
+// fused processor name.
+func fusedSnapLine(name string, r snapRef) string {
+	return "\n" + fusedSnapPrefix + name + " " + strconv.FormatInt(r.offset, 10) + " " + r.token
+}
+
+// parseFusedSnapMeta reads the snapshot of the fused processor name from
+// offset-commit metadata (ok false: none named).
+func parseFusedSnapMeta(s, name string) (snapRef, bool) {
+	lines := strings.Split(s, "\n")
+	for _, l := range lines[min(1, len(lines)):] {
+		rest, ok := strings.CutPrefix(l, fusedSnapPrefix+name+" ")
+		if !ok {
+			continue
+		}
+		return parseSnapMeta(snapshotMetaPrefix + rest)
+	}
+	return snapRef{}, false
 }
 
 // pendingSnap is a snapshot produced in the open transaction.
@@ -91,20 +118,30 @@ func (e *Engine) scanUnit(u unitRef, skip map[string]bool, fn func(k, v []byte))
 
 // snapMetadata is the metadata partition p's offset commit in the open
 // transaction carries: the snapshot of the transaction, else the last
-// committed one. ok false: none known (kgo's default metadata stays, and a
-// new owner reads the changelog from its start).
+// committed one; then a line for each fused processor's (fusedSnapLine).
+// ok false: none known (kgo's default metadata stays, and a new owner
+// reads the changelog from its start).
 func (s *liveStage) snapMetadata(p int32) (string, bool) {
 	ps, ok := s.parts[p]
 	if !ok {
 		return "", false
 	}
-	if ref, ok := s.txn.snapshotOf(&ps.unit, true); ok {
-		return ref.metadata(), true
+	of := func(u *unit) (snapRef, bool) {
+		if ref, ok := s.txn.snapshotOf(u, true); ok {
+			return ref, true
+		}
+		return u.snap, u.snap.valid()
 	}
-	if ps.snap.valid() {
-		return ps.snap.metadata(), true
+	md, found := snapRef{offset: -1, token: "-"}.metadata(), false // a first line that names no snapshot
+	if ref, ok := of(&ps.unit); ok {
+		md, found = ref.metadata(), true
 	}
-	return "", false
+	for _, fu := range ps.chain {
+		if ref, ok := of(&fu.unit); ok {
+			md, found = md+fusedSnapLine(fu.st.spec.Name, ref), true
+		}
+	}
+	return md, found
 }
 
 // withSnapMetadata makes the offset commit kgo sends when ending the
@@ -128,8 +165,10 @@ func (s *liveStage) withSnapMetadata(ctx context.Context) context.Context {
 }
 
 // committedSnapshot is the snapshot position committed with the group's
-// offset of input partition p (ok false: none, or it cannot be read now).
-func (s *liveStage) committedSnapshot(ctx context.Context, p int32) (snapRef, bool) {
+// offset of input partition p, of the stage's processor (fused "") or of
+// the processor fused into it named fused (ok false: none, or it cannot be
+// read now).
+func (s *liveStage) committedSnapshot(ctx context.Context, p int32, fused string) (snapRef, bool) {
 	offs, err := s.admin.FetchOffsetsForTopics(ctx, s.group, s.spec.InputTopic)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -140,6 +179,9 @@ func (s *liveStage) committedSnapshot(ctx context.Context, p int32) (snapRef, bo
 	o, ok := offs.Lookup(s.spec.InputTopic, p)
 	if !ok || o.Err != nil {
 		return snapRef{}, false
+	}
+	if fused != "" {
+		return parseFusedSnapMeta(o.Metadata, fused)
 	}
 	return parseSnapMeta(o.Metadata)
 }

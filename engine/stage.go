@@ -62,6 +62,8 @@ type liveStage struct {
 	slab  outSlab      // records and bytes of what idle advance produces
 	work  []partWork   // processFetches' partitions, kept between polls
 	units []unitCommit // commit: the partitions' parts, kept between commits
+
+	chain []*fusedStage // the processors fused into this stage (fuse.go), parents first
 }
 
 type partState struct {
@@ -69,6 +71,9 @@ type partState struct {
 	src       string // "partition <n>", for logs and the panic book
 	nextInput int64
 	touched   bool // produced live updates since the last Active pass
+	// chain holds the partition's units of the fused processors, as
+	// liveStage.chain lists them.
+	chain []*fusedUnit
 
 	// quietSince is the wall time (the engine's clock) since which this
 	// process has received nothing for the partition and not seen it behind
@@ -101,7 +106,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.RecordPartitioner(changelogPartitioner(s.changelog)),
+		kgo.RecordPartitioner(changelogPartitioner(s.changelog, e.fusedChangelogs(spec)...)),
 		kgo.SessionTimeout(e.sessionTimeout),
 		kgo.RebalanceTimeout(e.sessionTimeout + e.txnTimeout),
 		kgo.ProducerLinger(0),
@@ -135,6 +140,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 	s.sess, s.restoreCl, s.admin = sess, rc, kadm.NewClient(rc)
 	s.txn = newUnitTxn(e, spec, s.changelog, s.log, &emitter{e: e, spec: spec, input: spec.InputTopic, log: s.log},
 		e.instance+"."+strconv.FormatInt(time.Now().UnixNano(), 10), &s.snapSeq, sess.Produce, sess.Client().Flush)
+	s.initChain()
 	return s, nil
 }
 
@@ -159,11 +165,13 @@ func (s *liveStage) owns(p int32) bool {
 // changelogPartitioner sends changelog records to the partition set on the
 // record (the input partition) and everything else by key hash (murmur2,
 // like Kafka's default), so output topics are partitioned by symbol.
-func changelogPartitioner(changelog string) kgo.Partitioner {
+//
+// more are further changelogs (of the processors fused into a stage).
+func changelogPartitioner(changelog string, more ...string) kgo.Partitioner {
 	byKey := kgo.StickyKeyPartitioner(nil)
 	manual := kgo.ManualPartitioner()
 	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
-		if topic == changelog {
+		if topic == changelog || slices.Contains(more, topic) {
 			tp := manual.ForTopic(topic)
 			return tp.Partition
 		}
@@ -361,7 +369,7 @@ func (s *liveStage) processPart(ctx context.Context, ps *partState, batches [][]
 		s.rejectedRecords.Add(float64(len(ps.out.Rejected)))
 	}
 	s.txn.emit(ctx, &ps.out, &ps.slab)
-	return nil
+	return s.feedChain(ctx, ps, &ps.out)
 }
 
 // probeEvery bounds how often a stage with quiet partitions asks the broker
@@ -439,6 +447,11 @@ func (s *liveStage) idleAdvance(ctx context.Context) error {
 		}
 		if err := s.emit(ctx); err != nil {
 			return err
+		}
+		if s.inTxn {
+			if err := s.feedChain(ctx, ps, &s.out); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -562,32 +575,7 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	// A StoreUser reads its state from Pebble once the changelog tail is
 	// in; everything else is restored into memory from entries.
 	ref := unitRef{ns: name, part: p, clPart: p}
-	st, err := s.e.restoreUnit(ctx, ref, unitIO{
-		changelog: s.changelog, log: s.log,
-		barrier: func(ctx context.Context) (int64, error) {
-			res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: s.changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
-			if err := res.FirstErr(); err != nil {
-				return 0, err
-			}
-			return res[0].Record.Offset, nil
-		},
-		start: func(ctx context.Context) (int64, error) {
-			starts, err := s.admin.ListStartOffsets(ctx, s.changelog)
-			if err != nil {
-				return 0, err
-			}
-			if so, ok := starts.Lookup(s.changelog, p); ok && so.Err == nil {
-				return so.Offset, nil
-			}
-			return 0, nil
-		},
-		read: func(ctx context.Context, from, barrier int64, fn func(*kgo.Record) error) error {
-			return s.readChangelog(ctx, p, from, barrier, fn)
-		},
-		// Every commit of ours carries the snapshot position on with the
-		// group's offset.
-		snapshot: func(ctx context.Context) (snapRef, bool) { return s.committedSnapshot(ctx, p) },
-	}, !inStore(proc))
+	st, err := s.e.restoreUnit(ctx, ref, s.partIO(p, s.changelog, ""), !inStore(proc))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -596,18 +584,55 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 	}
 	ps := &partState{unit: unit{proc: proc, sinceSnap: int64(st.records), liveKeys: len(st.entries), snap: st.snap},
 		src: "partition " + strconv.Itoa(int(p)), nextInput: st.progress.next}
-	return ps, st.records, nil
+	n, err := s.restoreChain(ctx, ps, p)
+	if err != nil {
+		return nil, 0, err
+	}
+	return ps, st.records + n, nil
 }
 
-// readChangelog reads changelog partition p from offset from up to the
-// barrier (readChangelogTo), calling fn with every committed record.
-func (s *liveStage) readChangelog(ctx context.Context, p int32, from, barrier int64, fn func(*kgo.Record) error) error {
+// partIO is how restoreUnit reads the unit of input partition p whose
+// changelog is changelog: the stage's own (fused "") or that of the fused
+// processor named fused.
+func (s *liveStage) partIO(p int32, changelog, fused string) unitIO {
+	return unitIO{
+		changelog: changelog, log: s.log,
+		barrier: func(ctx context.Context) (int64, error) {
+			res := s.restoreCl.ProduceSync(ctx, &kgo.Record{Topic: changelog, Partition: p, Key: keyBarrier, Value: []byte(s.e.instance)})
+			if err := res.FirstErr(); err != nil {
+				return 0, err
+			}
+			return res[0].Record.Offset, nil
+		},
+		start: func(ctx context.Context) (int64, error) {
+			starts, err := s.admin.ListStartOffsets(ctx, changelog)
+			if err != nil {
+				return 0, err
+			}
+			if so, ok := starts.Lookup(changelog, p); ok && so.Err == nil {
+				return so.Offset, nil
+			}
+			return 0, nil
+		},
+		read: func(ctx context.Context, from, barrier int64, fn func(*kgo.Record) error) error {
+			return s.readTopic(ctx, changelog, p, from, barrier, fn)
+		},
+		// Every commit of ours carries the snapshot positions on with the
+		// group's offset.
+		snapshot: func(ctx context.Context) (snapRef, bool) { return s.committedSnapshot(ctx, p, fused) },
+	}
+}
+
+// readTopic reads partition p of topic (a changelog, or the input of a
+// fused processor) from offset from up to the barrier (readChangelogTo),
+// calling fn with every committed record.
+func (s *liveStage) readTopic(ctx context.Context, topic string, p int32, from, barrier int64, fn func(*kgo.Record) error) error {
 	if from > barrier {
 		return nil
 	}
-	s.restoreCl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.changelog: {p: kgo.NewOffset().At(from)}})
-	defer s.restoreCl.RemoveConsumePartitions(map[string][]int32{s.changelog: {p}})
-	return readChangelogTo(ctx, s.restoreCl, s.log, s.changelog, p, barrier, fn)
+	s.restoreCl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(from)}})
+	defer s.restoreCl.RemoveConsumePartitions(map[string][]int32{topic: {p}})
+	return readChangelogTo(ctx, s.restoreCl, s.log, topic, p, barrier, fn)
 }
 
 // emit produces s.out's candles and dead letters in the open transaction
@@ -636,10 +661,10 @@ func (s *liveStage) begin() error {
 
 // publishActive hands changed open candles to the live publishers.
 func (s *liveStage) publishActive() {
-	if len(s.live) == 0 {
-		return
-	}
 	for _, ps := range s.parts {
+		if len(s.live) == 0 {
+			break
+		}
 		if !ps.touched {
 			continue
 		}
@@ -650,6 +675,7 @@ func (s *liveStage) publishActive() {
 			}
 		})
 	}
+	s.publishChain()
 }
 
 // commit ends the open transaction through the unit's commit path
@@ -661,8 +687,12 @@ func (s *liveStage) commit(ctx context.Context) error {
 	for p, ps := range s.parts {
 		units = append(units, unitCommit{u: &ps.unit, ref: unitRef{ns: s.spec.Name, part: p, clPart: p}, src: ps.src,
 			progress: progressOf(ps.proc, ps.nextInput, "")})
+		units = s.chainUnits(ctx, units, p, ps)
 	}
-	_, err := s.txn.commit(ctx, units, s)
+	committed, err := s.txn.commit(ctx, units, s)
+	if committed {
+		s.chainCommitted(units)
+	}
 	clear(units)
 	s.units = units[:0]
 	if err != nil {

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -136,6 +138,9 @@ type unitRef struct {
 	// pebbleProgressKey too (a shard's sequence number does not fit
 	// state.Meta).
 	seqInPebble bool
+	// changelog is the unit's changelog topic when it is not the driver's
+	// (a processor fused into the driver's stage, fuse.go).
+	changelog string
 }
 
 // pebbleProgressKey stores a shard's progress among its Pebble entries
@@ -473,6 +478,15 @@ type unitCommit struct {
 	ref      unitRef
 	src      string       // the unit in errors and logs ("partition 3", "shard shardId-…")
 	progress unitProgress // its progress record, written when u.consumed (or with a snapshot)
+	// stage names the unit's processor in metrics when it is not the
+	// driver's (a fused processor); "": the driver's.
+	stage string
+	// follows: a fused processor's input topic, whose partition ref.part
+	// the transaction itself writes. Its progress is then the offset after
+	// the last record the transaction wrote there (progress.next when it
+	// wrote none), known once those records are flushed; commit sets
+	// progress to it.
+	follows string
 }
 
 // unitTxn is the open transaction of a driver, over one or more units (a
@@ -495,13 +509,39 @@ type unitTxn struct {
 
 	promise func(*kgo.Record, error) // t.produced, made once
 	slab    outSlab                  // the changelog records and bytes it produces
+	// tracked are the topics besides the changelog whose last offsets
+	// the transaction records in clMax: the changelogs of fused
+	// processors and the topics they follow (nil: none).
+	tracked map[string]bool
 
 	mu      sync.Mutex // guards err, clMax and the snapshots' placement
 	err     error      // the first failed produce
-	clMax   map[int32]int64
+	clMax   map[topicPart]int64
 	pending []pendingEntry
 	clKeys  [][]byte // commit: the changelog keys of one unit's changes, as in pending
 	snaps   map[*unit]*pendingSnap
+}
+
+// topicPart is a partition of a topic.
+type topicPart struct {
+	topic string
+	part  int32
+}
+
+// clTopic is the changelog topic of the unit ref.
+func (t *unitTxn) clTopic(ref *unitRef) string {
+	if ref.changelog != "" {
+		return ref.changelog
+	}
+	return t.changelog
+}
+
+// stageOf is the processor a unit commit counts its metrics under.
+func (t *unitTxn) stageOf(c *unitCommit) string {
+	if c.stage != "" {
+		return c.stage
+	}
+	return t.spec.Name
 }
 
 // pendingEntry is a state change produced in the open transaction, to be
@@ -514,7 +554,7 @@ type pendingEntry struct {
 func newUnitTxn(e *Engine, spec *stageSpec, changelog string, log *slog.Logger, em *emitter, tokenPrefix string, tokens *atomic.Int64,
 	send func(context.Context, *kgo.Record, func(*kgo.Record, error)), flush func(context.Context) error) *unitTxn {
 	t := &unitTxn{e: e, spec: spec, changelog: changelog, log: log, em: em, send: send, flush: flush,
-		tokenPrefix: tokenPrefix, tokens: tokens, clMax: map[int32]int64{}, snaps: map[*unit]*pendingSnap{}}
+		tokenPrefix: tokenPrefix, tokens: tokens, clMax: map[topicPart]int64{}, snaps: map[*unit]*pendingSnap{}}
 	t.promise = t.produced
 	return t
 }
@@ -532,8 +572,12 @@ func (t *unitTxn) produced(r *kgo.Record, err error) {
 		}
 		return
 	}
-	if cur, ok := t.clMax[r.Partition]; r.Topic == t.changelog && (!ok || r.Offset > cur) {
-		t.clMax[r.Partition] = r.Offset
+	if r.Topic != t.changelog && !t.tracked[r.Topic] {
+		return
+	}
+	tp := topicPart{r.Topic, r.Partition}
+	if cur, ok := t.clMax[tp]; !ok || r.Offset > cur {
+		t.clMax[tp] = r.Offset
 	}
 }
 
@@ -545,12 +589,20 @@ func (t *unitTxn) emit(ctx context.Context, out *processors.Output, slab *outSla
 	}
 }
 
+// emitAs is emit through em: a fused processor's emitter (its output
+// topic and metrics).
+func (t *unitTxn) emitAs(ctx context.Context, em *emitter, out *processors.Output, slab *outSlab) {
+	if len(out.Candles)+len(out.Events)+len(out.Rejected)+len(out.Quiet) > 0 {
+		em.emit(ctx, out, slab, t.produce)
+	}
+}
+
 // reset forgets what the ended transaction produced.
 func (t *unitTxn) reset() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.pending, t.err = nil, nil
-	t.clMax, t.snaps = map[int32]int64{}, map[*unit]*pendingSnap{}
+	t.clMax, t.snaps = map[topicPart]int64{}, map[*unit]*pendingSnap{}
 }
 
 // snapshotOf is the snapshot unit u made in the open transaction, once its
@@ -614,15 +666,19 @@ func (t *unitTxn) commit(ctx context.Context, units []unitCommit, pos positionCo
 				return false, errors.Join(err, t.abort(ctx, pos))
 			}
 		}
+		cl := t.clTopic(&c.ref)
 		for j, pe := range changed {
 			r := t.slab.record()
-			r.Topic, r.Partition, r.Key, r.Value = t.changelog, c.ref.clPart, t.clKeys[j], pe.val
+			r.Topic, r.Partition, r.Key, r.Value = cl, c.ref.clPart, t.clKeys[j], pe.val
 			t.produce(ctx, r)
 		}
-		if u.consumed || snap {
+		if (u.consumed || snap) && c.follows == "" {
 			progress[i] = c.progress.encode()
-			t.produce(ctx, &kgo.Record{Topic: t.changelog, Partition: c.ref.clPart, Key: c.ref.keys.progress(), Value: progress[i]})
+			t.produce(ctx, &kgo.Record{Topic: cl, Partition: c.ref.clPart, Key: c.ref.keys.progress(), Value: progress[i]})
 		}
+	}
+	if err := t.followProgress(ctx, units, progress); err != nil {
+		return false, errors.Join(err, t.abort(ctx, pos))
 	}
 	committed, err := t.end(ctx, kgo.TryCommit, pos)
 	t.mu.Lock()
@@ -642,8 +698,8 @@ func (t *unitTxn) commit(ctx context.Context, units []unitCommit, pos positionCo
 		u.consumed, u.settled, u.handoff = false, true, nil
 		u.sinceSnap += int64(changes[i])
 		if sn, ok := snaps[u]; ok && sn.placed {
-			t.e.m.snapshots.WithLabelValues(t.spec.Name).Inc()
-			t.e.m.snapshotRecords.WithLabelValues(t.spec.Name).Add(float64(sn.records))
+			t.e.m.snapshots.WithLabelValues(t.stageOf(&c)).Inc()
+			t.e.m.snapshotRecords.WithLabelValues(t.stageOf(&c)).Add(float64(sn.records))
 			u.liveKeys = sn.keys
 			recorded := sn.written || !pos.positionInTxn()
 			t.log.Debug("snapshot committed", "unit", c.src, "keys", sn.keys, "records", sn.records, "offset", sn.ref.offset, "recorded", recorded)
@@ -656,7 +712,7 @@ func (t *unitTxn) commit(ctx context.Context, units []unitCommit, pos positionCo
 		if progress[i] != nil && c.ref.seqInPebble {
 			batch.Set(c.ref.ns, c.ref.part, []byte(pebbleProgressKey), progress[i])
 		}
-		if off, ok := clMax[c.ref.clPart]; ok {
+		if off, ok := clMax[topicPart{t.clTopic(&c.ref), c.ref.clPart}]; ok {
 			batch.SetMeta(c.ref.ns, c.ref.part, state.Meta{ChangelogOffset: off + 1, InputOffset: c.progress.next})
 		}
 	}
@@ -664,6 +720,46 @@ func (t *unitTxn) commit(ctx context.Context, units []unitCommit, pos positionCo
 		return true, err
 	}
 	return true, pos.after(ctx)
+}
+
+// followProgress produces the progress records of the units that follow a
+// topic the transaction writes (fused processors, unitCommit.follows):
+// once every record sent so far is flushed, the last offset written to the
+// followed partition is known, and the unit's position is the offset after
+// it. progress[i] gets each record written.
+func (t *unitTxn) followProgress(ctx context.Context, units []unitCommit, progress [][]byte) error {
+	if !slices.ContainsFunc(units, func(c unitCommit) bool { return c.follows != "" }) {
+		return nil
+	}
+	fctx, cancel := t.e.endContext(ctx)
+	err := t.flush(fctx)
+	cancel()
+	t.mu.Lock()
+	err = cmp.Or(err, t.err)
+	write := make([]bool, len(units))
+	for i := range units {
+		c := &units[i]
+		if c.follows == "" {
+			continue
+		}
+		moved := false
+		if off, ok := t.clMax[topicPart{c.follows, c.ref.part}]; ok && off+1 > c.progress.next {
+			c.progress.next, moved = off+1, true
+		}
+		_, snapped := t.snaps[c.u]
+		write[i] = c.u.consumed || snapped || moved // a position that moved is written, even in a transaction without input (idle advance)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("flush before the progress of fused processors: %w", err)
+	}
+	for i := range units {
+		if c := &units[i]; write[i] {
+			progress[i] = c.progress.encode()
+			t.produce(ctx, &kgo.Record{Topic: t.clTopic(&c.ref), Partition: c.ref.clPart, Key: c.ref.keys.progress(), Value: progress[i]})
+		}
+	}
+	return nil
 }
 
 // end ends the transaction with try through pos, aborting instead when a
@@ -724,7 +820,8 @@ func (t *unitTxn) snapshot(ctx context.Context, c unitCommit, changes []pendingE
 	t.mu.Lock()
 	t.snaps[c.u] = ps
 	t.mu.Unlock()
-	t.send(ctx, &kgo.Record{Topic: t.changelog, Partition: c.ref.clPart, Key: c.ref.keys.marker(), Value: []byte(ps.ref.token)}, func(r *kgo.Record, err error) {
+	cl := t.clTopic(&c.ref)
+	t.send(ctx, &kgo.Record{Topic: cl, Partition: c.ref.clPart, Key: c.ref.keys.marker(), Value: []byte(ps.ref.token)}, func(r *kgo.Record, err error) {
 		t.produced(r, err)
 		if err == nil {
 			t.mu.Lock()
@@ -735,7 +832,7 @@ func (t *unitTxn) snapshot(ctx context.Context, c unitCommit, changes []pendingE
 	n := 1
 	err := t.e.scanUnit(c.ref, skip, func(k, v []byte) {
 		r := t.slab.record()
-		r.Topic, r.Partition, r.Key, r.Value = t.changelog, c.ref.clPart, c.ref.keys.entry(&t.slab, k), t.slab.bytes(nil, v)
+		r.Topic, r.Partition, r.Key, r.Value = cl, c.ref.clPart, c.ref.keys.entry(&t.slab, k), t.slab.bytes(nil, v)
 		t.produce(ctx, r)
 		keys++
 		n++

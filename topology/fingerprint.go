@@ -63,8 +63,9 @@ import (
 // when a live partition moves on and which records are too far ahead, not
 // what a window holds), the output topic, the symbols whitelist,
 // max_record_bytes, key_check, a silence processor's carry and
-// retire_field, sinks and commit settings. Changing them takes effect from
-// the next record; the state stays valid.
+// retire_field, a rollup's fuse (where it runs, not what its state means),
+// sinks and commit settings. Changing them takes effect from the next
+// record; the state stays valid.
 type Fingerprint struct {
 	Processor string
 	Fields    []FingerprintField

@@ -167,6 +167,7 @@ func TestFingerprintClassifiesEveryKey(t *testing.T) {
 		"levels":            "silence: in the fingerprint of silence processors (names in order), not of candles",
 		"carry":             "silence: fields copied into events, not state meaning",
 		"retire_field":      "silence: rejects nothing; a retire deletes a device's state",
+		"fuse":              "where a rollup runs (its upstream's stage or its own), not what its state means; its changelog keeps its position on its input",
 	}
 	for _, typ := range []reflect.Type{reflect.TypeFor[Processor](), reflect.TypeFor[Source](), reflect.TypeFor[Fields](), reflect.TypeFor[Kinesis]()} {
 		for f := range typ.Fields() {

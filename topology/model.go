@@ -131,6 +131,7 @@ type Processor struct {
 	MaxIdle     time.Duration  `yaml:"max_idle" default:"24h" doc:"A key gets gap candles only for windows opening less than this (event time) after its last trade; then its state is freed, and a later trade starts a new run without filling the silence. 0 fills forever. Changing it keeps the state and decides from then on."`
 	Dedupe      bool           `yaml:"dedupe" default:"true" doc:"Ignore trades whose id was already counted for the key."`
 	GapFill     bool           `yaml:"gap_fill" default:"true" doc:"Emit flat gap candles for windows without trades."`
+	Fuse        bool           `yaml:"fuse" default:"true" doc:"Kind rollup: run in the same exactly-once unit and transaction as the processor it reads, taking its candles from memory instead of from its output topic (which still gets them), when both read the same key with the same partition count (a Kafka source with key_check, or a rollup of one). false: a stage of its own reading the topic. Switch it with every instance stopped (see kandle plan)."`
 	Output      Output         `yaml:"output" doc:"Topic the closed candles (kind silence: the events) are written to. Default: <topology>.<processor>."`
 	Levels      []SilenceLevel `yaml:"levels" doc:"Kind silence: the levels of a device's silence, each fired once per silence (at least one)."`
 	Carry       []string       `yaml:"carry" doc:"Kind silence: fields of a device's latest reading copied into its events (e.g. owner), named by their last path element."`

@@ -31,6 +31,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/connectors/kafka"
+	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
 )
 
@@ -68,9 +69,11 @@ type clusterShape struct {
 }
 
 // shortChain, what make test runs: a 5s candle stage with a 15s → 1m rollup
-// chain and a direct 15s stage.
+// chain and a direct 15s stage. c.5s has the trades' partition count, so
+// c15s runs fused into c5s (unless KANDLE_TEST_FUSE=off); c1m, whose input
+// has another, is a stage of its own.
 var shortChain = clusterShape{
-	processors: `  c5s: {kind: candles, from: trades, timeframe: 5s, output: {topic: %[2]sc.5s, partitions: 4}}
+	processors: `  c5s: {kind: candles, from: trades, timeframe: 5s, output: {topic: %[2]sc.5s, partitions: 6}}
   c15s: {kind: rollup, from: c5s, timeframe: 15s, output: {topic: %[2]sc.15s, partitions: 3}}
   c1m: {kind: rollup, from: c15s, timeframe: 1m, output: {topic: %[2]sc.1m, partitions: 2}}
   d15s: {kind: candles, from: trades, timeframe: 15s, output: {topic: %[2]sd.15s, partitions: 3}}`,
@@ -82,12 +85,15 @@ var shortChain = clusterShape{
 // deepChain, what make soak's crash harness runs: the shape of a 1m stage
 // with seven rollups above it (1m → 5m → … → 1M), scaled so that ten
 // minutes of real-time input close windows at every level: 2s candles
-// rolled up to 4s, 8s, … 256s, and the direct 15s stage. Nine consumer
-// groups per instance, each level fed only by the one below it.
+// rolled up to 4s, 8s, … 256s, and the direct 15s stage. Each level is fed
+// only by the one below it.
 var deepChain = func() clusterShape {
-	sh := clusterShape{processors: "  c2s: {kind: candles, from: trades, timeframe: 2s, output: {topic: %[2]sc.2s, partitions: 4}}\n",
+	sh := clusterShape{processors: "  c2s: {kind: candles, from: trades, timeframe: 2s, output: {topic: %[2]sc.2s, partitions: 6}}\n",
 		stages: []string{"c2s"}, candleTopics: []string{"c.2s"}}
-	parts := []int{3, 2, 3, 2, 3, 2, 2}
+	// Fused (unless KANDLE_TEST_FUSE=off): c4s, c8s and c16s into c2s, c64s
+	// into c32s, c256s into c128s; c32s and c128s read inputs with other
+	// partition counts.
+	parts := []int{6, 6, 3, 3, 2, 2, 2}
 	for i, from := 0, 2; i < 7; i++ {
 		tf := from * 2
 		sh.processors += fmt.Sprintf("  c%[1]ds: {kind: rollup, from: c%[2]ds, timeframe: %[1]ds, output: {topic: %%[2]sc.%[1]ds, partitions: %[3]d}}\n", tf, from, parts[i])
@@ -185,9 +191,13 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	if o.persistBroker {
 		c.brData = filepath.Join(dir, "broker-data")
 	}
+	if os.Getenv("KANDLE_TEST_FUSE") == "off" { // every rollup a stage of its own
+		c.opts.shape.processors = strings.ReplaceAll(c.opts.shape.processors, "{kind: rollup,", "{kind: rollup, fuse: false,")
+	}
 	c.startBroker()
 	c.topFile = c.writeTopology("crash.yaml", "")
 	c.repFile = c.writeTopology("replay.yaml", "replay.")
+	c.opts.shape.stages = stagesOf(t, c.topFile, c.opts.shape.stages)
 	c.cl, err = kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.RetryTimeout(2*time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -211,6 +221,28 @@ func (c *cluster) writeTopology(name, prefix string) string {
 		c.t.Fatal(err)
 	}
 	return path
+}
+
+// stagesOf is the processors of the topology in path that run as stages
+// (consumer groups): all but the fused ones.
+func stagesOf(t *testing.T, path string, names []string) []string {
+	t.Helper()
+	top, err := loadTopology(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := engine.FusedInto(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if _, ok := fused[n]; !ok {
+			out = append(out, n)
+		}
+	}
+	t.Logf("stages %v; fused %v", out, fused)
+	return out
 }
 
 // logf logs an action with the time since the cluster started.

@@ -85,12 +85,21 @@ func cmdOffsets(ctx context.Context, e *env, args []string) error {
 				if g.HoldingBack == fmt.Sprintf("%s[%d]", topic, p.Partition) && (p.Lag > 0 || p.HasWatermark) {
 					mark = "← holding back"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", g.Kind, g.Name, topic, p.Partition, committed, p.End, p.Lag, wm, mark)
+				kind := g.Kind
+				if g.FusedInto != "" {
+					kind += " (fused into " + g.FusedInto + ")"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", kind, g.Name, topic, p.Partition, committed, p.End, p.Lag, wm, mark)
 			}
 		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
+	}
+	for _, g := range all {
+		if g.FusedInto != "" {
+			fmt.Fprintf(e.stdout, "\nprocessor %s runs fused into the stage of %s: it takes its input from memory in that stage's transactions, so its consumer group %s is not joined; COMMITTED is the position its changelog holds.\n", g.Name, g.FusedInto, g.Group)
+		}
 	}
 	for _, g := range all {
 		if g.Shards == nil {

@@ -78,6 +78,7 @@ func cmdPlan(ctx context.Context, e *env, args []string) error {
 
 type planRow struct {
 	name, state, output string
+	runs                string // "stage", or "fused into <processor>"
 	why                 []string
 }
 
@@ -95,6 +96,16 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 			before[name] = fp
 		}
 	}
+	fusedNow, err := engine.FusedInto(cur)
+	if err != nil {
+		return nil, err
+	}
+	var fusedBefore map[string]string
+	if old != nil {
+		if fusedBefore, err = engine.FusedInto(old); err != nil {
+			return nil, err
+		}
+	}
 	var rows []planRow
 	for _, st := range cur.Stages() {
 		name, p := st.Name, st.Processor
@@ -102,7 +113,7 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 		if err != nil {
 			return nil, err
 		}
-		r := planRow{name: name, output: p.Output.Topic}
+		r := planRow{name: name, output: p.Output.Topic, runs: runsAs(fusedNow, name)}
 		was, ok := before[name]
 		switch {
 		case !ok:
@@ -138,6 +149,9 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 			if op := old.Processors[name].Output.Topic; op != p.Output.Topic {
 				r.output += ", was " + op
 			}
+			if was := runsAs(fusedBefore, name); was != r.runs {
+				r.why = append(r.why, fmt.Sprintf("runs: %s → %s (kept: stop every instance, then start them with this topology; not a rolling restart)", was, r.runs))
+			}
 		}
 		if ok && r.state == "kept" {
 			r.output = revisionsOutput(r.output, fp.CompatibleChanges(was))
@@ -156,10 +170,19 @@ func plan(cur, old *topology.Topology, stored map[string]topology.Fingerprint) (
 		if old != nil {
 			out = old.Processors[name].Output.Topic + " (no longer written)"
 		}
-		rows = append(rows, planRow{name: name, state: "dropped", output: out,
+		rows = append(rows, planRow{name: name, state: "dropped", output: out, runs: "-",
 			why: []string{"changelog " + cur.Name + "." + name + ".changelog and group " + cur.Group + "." + name + " are no longer used"}})
 	}
 	return rows, nil
+}
+
+// runsAs says how processor name runs: "fused into <stage>" when fused
+// names it, else "stage".
+func runsAs(fused map[string]string, name string) string {
+	if into, ok := fused[name]; ok {
+		return "fused into " + into
+	}
+	return "stage"
 }
 
 // onlyQuietMarks reports whether the only incompatible change is the set of
@@ -246,22 +269,30 @@ func compatibleChanges(old, cur *topology.Topology, name string) []string {
 func printPlan(w io.Writer, cur *topology.Topology, what string, rows []planRow, old *topology.Topology) {
 	fmt.Fprintf(w, "Plan for %s against %s\n\n", cur.File, what)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROCESSOR\tSTATE\tOUTPUT\tWHY")
+	fmt.Fprintln(tw, "PROCESSOR\tSTATE\tRUNS\tOUTPUT\tWHY")
 	rebuild := 0
 	for _, r := range rows {
 		why := "-"
 		if len(r.why) > 0 {
 			why = r.why[0]
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.name, r.state, r.output, why)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.name, r.state, r.runs, r.output, why)
 		for _, more := range r.why[min(1, len(r.why)):] {
-			fmt.Fprintf(tw, "\t\t\t%s\n", more)
+			fmt.Fprintf(tw, "\t\t\t\t%s\n", more)
 		}
 		if r.state == "rebuild" {
 			rebuild++
 		}
 	}
 	tw.Flush()
+	for _, r := range rows {
+		if strings.HasPrefix(r.runs, "fused") {
+			fmt.Fprintln(w, "\nFused processors run in the stage of the processor they read (its transactions, fed from memory; their own")
+			fmt.Fprintln(w, "state, changelog and output topic). Fusing or unfusing a processor of a running deployment keeps its state,")
+			fmt.Fprintln(w, "but needs every instance stopped first (set fuse: false on a rollup to keep it a stage of its own).")
+			break
+		}
+	}
 	if old != nil {
 		printSinkChanges(w, old, cur)
 	}

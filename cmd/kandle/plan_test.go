@@ -83,6 +83,12 @@ func TestPlanRuleChangesKeepState(t *testing.T) {
 		if r.state != "kept" {
 			t.Errorf("%s: %s after a rule edit (%v), want kept", r.name, r.state, r.why)
 		}
+		if r.name == "1d" { // fuse: false: it keeps its state, and says it leaves 1m's stage
+			if len(r.why) != 1 || !strings.HasPrefix(r.why[0], "runs: fused into 1m → stage (kept: stop every instance") || r.runs != "stage" {
+				t.Errorf("1d: runs %q, why %q, want it to leave 1m's stage with how to switch", r.runs, r.why)
+			}
+			continue
+		}
 		if len(r.why) != len(want[r.name]) {
 			t.Errorf("%s: why %q, want %q", r.name, r.why, want[r.name])
 			continue
