@@ -11,6 +11,7 @@ type metrics struct {
 	rejected        *prometheus.CounterVec   // stage, reason
 	candles         *prometheus.CounterVec   // stage, timeframe
 	revisions       *prometheus.CounterVec   // stage, timeframe (revisions.go)
+	revisionInputs  *prometheus.CounterVec   // stage, kind (revisions.go)
 	events          *prometheus.CounterVec   // stage (silence events)
 	watermark       *prometheus.GaugeVec     // stage, partition (ms)
 	transactions    *prometheus.CounterVec   // stage, result
@@ -38,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Records sent to the dead-letter topic, by stage and reason code."}, []string{"stage", "reason"}),
 		candles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_candles_total",
 			Help: "Closed candles emitted, by stage and timeframe."}, []string{"stage", "timeframe"}),
-		revisions: newRevisionsMetric(),
+		revisions: newRevisionsMetric(), revisionInputs: newRevisionInputsMetric(),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_events_total",
 			Help: "Events (silence levels and recoveries) emitted, by stage."}, []string{"stage"}),
 		watermark: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kandle_watermark_ms",
@@ -80,8 +81,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			return nil, err
 		}
 	}
-	if err := reg.Register(m.revisions); err != nil {
-		return nil, err
+	for _, c := range []prometheus.Collector{m.revisions, m.revisionInputs} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }

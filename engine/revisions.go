@@ -26,6 +26,56 @@ func newRevisionsMetric() *prometheus.CounterVec {
 		[]string{"stage", "timeframe"})
 }
 
+// newRevisionInputsMetric is kandle_revision_inputs_total: the records a
+// candles stage with a revision horizon applied to closed windows, by kind:
+// late (a late trade inside the horizon), cancel, correct. Counted when
+// their transaction commits, so a record is counted once however often an
+// aborted transaction processed it.
+func newRevisionInputsMetric() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kandle_revision_inputs_total",
+		Help: "Records a candles stage with a revision horizon applied to windows inside it, counted when their transaction commits: late trades counted into closed windows (kind late), cancels (cancel) and corrections (correct) applied."},
+		[]string{"stage", "kind"})
+}
+
+// revisionInputs is what the processors of a transaction's units applied
+// inside their revision horizons, taken before it commits.
+type revisionInputs []processors.RevisionCounts
+
+// take takes the counts of every unit's processor that keeps them.
+func takeRevisionInputs(units []unitCommit) revisionInputs {
+	var in revisionInputs
+	for i, c := range units {
+		rc, ok := c.u.proc.(processors.RevisionCounter)
+		if !ok {
+			continue
+		}
+		n := rc.TakeRevisionCounts()
+		if n == (processors.RevisionCounts{}) {
+			continue
+		}
+		if in == nil {
+			in = make(revisionInputs, len(units))
+		}
+		in[i] = n
+	}
+	return in
+}
+
+// count adds the counts of a committed transaction to m.
+func (in revisionInputs) count(m *metrics, t *unitTxn, units []unitCommit) {
+	for i, n := range in {
+		stage := t.stageOf(&units[i])
+		for _, k := range []struct {
+			kind string
+			n    uint64
+		}{{"late", n.LateTrades}, {"cancel", n.Cancels}, {"correct", n.Corrections}} {
+			if k.n > 0 {
+				m.revisionInputs.WithLabelValues(stage, k.kind).Add(float64(k.n))
+			}
+		}
+	}
+}
+
 // countRevisions counts the revised candles among cs, emitted by stage s.
 func countRevisions(m *metrics, s *stageSpec, cs []candle.Candle) {
 	n := 0
@@ -54,6 +104,11 @@ func (m *metrics) zeroRevisions(s *stageSpec) {
 		return
 	}
 	m.revisions.WithLabelValues(s.Name, s.Timeframe.String())
+	if !s.Rollup {
+		for _, k := range []string{"late", "cancel", "correct"} {
+			m.revisionInputs.WithLabelValues(s.Name, k)
+		}
+	}
 	reasons := revisionReasons
 	if s.Rollup {
 		reasons = []processors.Reason{processors.ReasonBeyondHorizon}

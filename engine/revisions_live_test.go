@@ -136,6 +136,13 @@ func TestRevisionsLiveMetricsAndReplay(t *testing.T) {
 	if newest == nil || newest.Rev != 2 || newest.Low.String() != "90" || newest.High.String() != "105" || newest.Trades != 3 {
 		t.Errorf("newest 1m 00:00 candle %+v, want rev 2 with low 90, high 105, 3 trades", newest)
 	}
+	// Committed: the two late trades are counted as what revised the window.
+	if n := counter(t, reg, "kandle_revision_inputs_total", "late"); n != 2 {
+		t.Errorf("kandle_revision_inputs_total{stage=1m,kind=late} = %v, want 2", n)
+	}
+	if n := counter(t, reg, "kandle_revision_inputs_total", "cancel"); n != 0 {
+		t.Errorf("kandle_revision_inputs_total{kind=cancel} = %v, want 0", n)
+	}
 	var buf bytes.Buffer
 	if _, err := engine.Replay(ctx, top, seeds, engine.ReplayOptions{Started: time.Now(), Out: &topicRecorder{w: &buf}, Logger: log}); err != nil {
 		t.Fatal(err)

@@ -680,6 +680,7 @@ func (t *unitTxn) commit(ctx context.Context, units []unitCommit, pos positionCo
 	if err := t.followProgress(ctx, units, progress); err != nil {
 		return false, errors.Join(err, t.abort(ctx, pos))
 	}
+	inputs := takeRevisionInputs(units)
 	committed, err := t.end(ctx, kgo.TryCommit, pos)
 	t.mu.Lock()
 	pending, clMax, snaps := t.pending, t.clMax, t.snaps
@@ -689,6 +690,7 @@ func (t *unitTxn) commit(ctx context.Context, units []unitCommit, pos positionCo
 		return false, err
 	}
 	invariant.Check(err == nil && committed, "stage %s: Pebble written after a transaction that did not commit (it would be ahead of the changelog)", t.spec.Name)
+	inputs.count(t.e.m, t, units)
 	batch := t.e.store.NewBatch()
 	for _, pe := range pending {
 		batch.Set(pe.ref.ns, pe.ref.part, pe.key, pe.val)
