@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -22,6 +23,7 @@ import (
 	"github.com/kandle/kandle/connectors/dynamodb"
 	"github.com/kandle/kandle/connectors/s3parquet"
 	vksink "github.com/kandle/kandle/connectors/valkey"
+	"github.com/kandle/kandle/decimal"
 	"github.com/kandle/kandle/engine"
 	"github.com/kandle/kandle/internal/testkit"
 )
@@ -305,22 +307,7 @@ func (s *clusterSinks) valkeyProblems(ctx context.Context, live *vksink.Reader, 
 		if w.set != k.set || w.tf != k.tf || w.sym != k.sym {
 			continue
 		}
-		msgs := s.published[w]
-		if len(msgs) == 0 {
-			probs = append(probs, fmt.Sprintf("valkey published no final of %s", sinkName(w)))
-			continue
-		}
-		for i, m := range msgs {
-			if i > 0 && m.Candle.Rev < msgs[i-1].Candle.Rev {
-				probs = append(probs, fmt.Sprintf("valkey published %s rev %d after rev %d", sinkName(w), m.Candle.Rev, msgs[i-1].Candle.Rev))
-			}
-			if m.Candle.Rev > e.Rev {
-				probs = append(probs, fmt.Sprintf("valkey published %s rev %d, above the topic's newest (%d)", sinkName(w), m.Candle.Rev, e.Rev))
-			}
-		}
-		if last := msgs[len(msgs)-1].Candle; sxJSON(last) != sxJSON(e) {
-			probs = append(probs, fmt.Sprintf("valkey's last final of %s:\n  got  %s\n  want %s", sinkName(w), sxJSON(last), sxJSON(e)))
-		}
+		probs = append(probs, publishedProblems(w, s.published[w], e)...)
 		if e.Rev > 0 {
 			g, err := s.raw.Do(ctx, s.raw.B().Get().Key(fmt.Sprintf("s%d:candle:rev:%s:%s:%d", w.set, w.tf, w.sym, w.open)).Build()).ToString()
 			if g != strconv.FormatUint(uint64(e.Rev), 10) {
@@ -344,6 +331,80 @@ func (s *clusterSinks) valkeyProblems(ctx context.Context, live *vksink.Reader, 
 	return probs
 }
 
+// publishedProblems checks the finals a subscriber received for the
+// window w, in order, against its newest candle e: at least one, revs
+// never going down nor above e's, and the last one e.
+func publishedProblems(w sinkWindow, msgs []vksink.Message, e candle.Candle) []string {
+	if len(msgs) == 0 {
+		return []string{fmt.Sprintf("valkey published no final of %s", sinkName(w))}
+	}
+	var probs []string
+	for i, m := range msgs {
+		if i > 0 && m.Candle.Rev < msgs[i-1].Candle.Rev {
+			probs = append(probs, fmt.Sprintf("valkey published %s rev %d after rev %d", sinkName(w), m.Candle.Rev, msgs[i-1].Candle.Rev))
+		}
+		if m.Candle.Rev > e.Rev {
+			probs = append(probs, fmt.Sprintf("valkey published %s rev %d, above the topic's newest (%d)", sinkName(w), m.Candle.Rev, e.Rev))
+		}
+	}
+	if last := msgs[len(msgs)-1].Candle; sxJSON(last) != sxJSON(e) {
+		probs = append(probs, fmt.Sprintf("valkey's last final of %s:\n  got  %s\n  want %s", sinkName(w), sxJSON(last), sxJSON(e)))
+	}
+	return probs
+}
+
 func sinkName(w sinkWindow) string {
 	return fmt.Sprintf("set %d %s %s %s", w.set, w.tf, w.sym, time.UnixMilli(w.open).UTC().Format("15:04:05"))
+}
+
+// The store checks find a store that lacks a window, holds one twice, holds
+// an older revision (equal values, lower rev) or a window the replay does
+// not have, and a subscriber's finals that go back in rev or end on an
+// older revision; sinkSets keeps two stages of one timeframe apart.
+func TestClusterSinkChecks(t *testing.T) {
+	cnd := func(open int64, trades int, rev uint32) candle.Candle {
+		return candle.Candle{Symbol: "BTC", Timeframe: "5s", OpenTime: open, CloseTime: open + 5000,
+			Open: decimal.FromInt(1), High: decimal.FromInt(1), Low: decimal.FromInt(1), Close: decimal.FromInt(1),
+			Volume: decimal.SumOf(decimal.FromInt(int64(trades))), QuoteVolume: decimal.SumOf(decimal.FromInt(int64(trades))),
+			Trades: int64(trades), Gap: trades == 0, Rev: rev}
+	}
+	k := sinkWindow{0, "5s", "BTC", 0}
+	exp := map[sinkWindow]candle.Candle{{0, "5s", "BTC", 0}: cnd(0, 2, 1), {0, "5s", "BTC", 5000}: cnd(5000, 3, 0)}
+	for _, tc := range []struct {
+		name string
+		got  []candle.Candle
+		want string // a substring of the problems ("" = none)
+	}{
+		{"equal", []candle.Candle{cnd(0, 2, 1), cnd(5000, 3, 0)}, ""},
+		{"older revision", []candle.Candle{cnd(0, 2, 0), cnd(5000, 3, 0)}, "got  " + sxJSON(cnd(0, 2, 0))},
+		{"missing", []candle.Candle{cnd(0, 2, 1)}, "lacks set 0 5s BTC 00:00:05"},
+		{"twice", []candle.Candle{cnd(0, 2, 1), cnd(0, 2, 1), cnd(5000, 3, 0)}, "holds set 0 5s BTC 00:00:00 twice"},
+		{"extra", []candle.Candle{cnd(0, 2, 1), cnd(5000, 3, 0), cnd(10000, 0, 0)}, "a window the replay does not have"},
+	} {
+		p := strings.Join(compareStore("s3", k, exp, tc.got, nil), "\n")
+		if tc.want == "" && p != "" || tc.want != "" && !strings.Contains(p, tc.want) {
+			t.Errorf("%s: problems %q, want %q", tc.name, p, tc.want)
+		}
+	}
+	msg := func(c candle.Candle) vksink.Message { return vksink.Message{Candle: c, Final: true} }
+	w := sinkWindow{0, "5s", "BTC", 0}
+	for _, tc := range []struct {
+		name string
+		msgs []vksink.Message
+		want string
+	}{
+		{"in order", []vksink.Message{msg(cnd(0, 1, 0)), msg(cnd(0, 2, 1)), msg(cnd(0, 2, 1))}, ""},
+		{"none", nil, "published no final"},
+		{"back", []vksink.Message{msg(cnd(0, 1, 0)), msg(cnd(0, 2, 1)), msg(cnd(0, 1, 0))}, "rev 0 after rev 1"},
+		{"older last", []vksink.Message{msg(cnd(0, 1, 0))}, "last final"},
+		{"above", []vksink.Message{msg(cnd(0, 2, 1)), msg(cnd(0, 2, 2))}, "above the topic's newest"},
+	} {
+		p := strings.Join(publishedProblems(w, tc.msgs, exp[w]), "\n")
+		if tc.want == "" && p != "" || tc.want != "" && !strings.Contains(p, tc.want) {
+			t.Errorf("%s: problems %q, want %q", tc.name, p, tc.want)
+		}
+	}
+	if got := sinkSets(outageShape); fmt.Sprint(got) != "[[0 1 2] [3]]" {
+		t.Errorf("sinkSets(outageShape) = %v, want [[0 1 2] [3]] (c.1m and d.1m apart)", got)
+	}
 }
