@@ -1,6 +1,6 @@
 package main
 
-// The stores a cluster's instances write when clusterOpts.sinks is set: a
+// The stores a cluster's instances write after cluster.startSinks: a
 // DynamoDB candle table (dynalite), live Valkey hashes and channels
 // (redis-server) and a Parquet lake on S3 (gofakes3 in process), each fed
 // every candle topic by the instances' own sink stages, and the check that
@@ -9,7 +9,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,70 +30,98 @@ import (
 	"github.com/kandle/kandle/internal/testkit"
 )
 
-// clusterSinks are the servers behind the sinks and what the test reads
-// back. The shape's candle stages are split into sets with one stage per
-// timeframe (two stages of one timeframe, such as a 1m rollup and a direct
-// 1m stage, would write the same keys); set i writes the DynamoDB table
-// candles<i>, the Valkey keys prefixed s<i>: and the lake s3://lake/s<i>.
+// clusterSinks are the servers behind a cluster's sinks (startSinks) and
+// what the test reads back. The candle stages are split into sets with one
+// stage per timeframe (two stages of one timeframe, such as a 1m rollup and
+// a direct 1m stage, would write the same keys); set i writes the DynamoDB
+// table candles<i>, the Valkey keys and channels prefixed s<i>: and the
+// lake s3://lake/s<i>.
 type clusterSinks struct {
+	c          *cluster
 	ddb, redis *testkit.Service
 	s3         *sxS3
-	sets       [][]int // the shape's stage indexes of each set
+	sets       [][]sinkStage
 	raw        valkey.Client
 
 	mu        sync.Mutex
 	published map[sinkWindow][]vksink.Message // the finals of each window, in the order received
 }
 
-// sinkWindow is one window of one set's store.
+// sinkStage is one candle processor a set's sinks read.
+type sinkStage struct{ proc, topic, tf string }
+
+// sinkWindow is one window of one set's store (open 0: the whole series).
 type sinkWindow struct {
 	set     int
 	tf, sym string
 	open    int64
 }
 
-// sinkSets splits the candle stages of sh into sets without two stages of
-// the same timeframe (the part of the candle topic after its first dot).
-func sinkSets(sh clusterShape) [][]int {
-	var sets [][]int
+// sinkSets splits stages into sets without two stages of one timeframe,
+// keeping their order.
+func sinkSets(stages []sinkStage) [][]sinkStage {
+	var sets [][]sinkStage
 	seen := map[string]int{} // timeframe → sets using it
-	for i, tp := range sh.candleTopics {
-		tf := tp[strings.IndexByte(tp, '.')+1:]
-		n := seen[tf]
-		seen[tf]++
+	for _, st := range stages {
+		n := seen[st.tf]
+		seen[st.tf]++
 		if n == len(sets) {
 			sets = append(sets, nil)
 		}
-		sets[n] = append(sets[n], i)
+		sets[n] = append(sets[n], st)
 	}
 	return sets
 }
 
-// startClusterSinks starts the three servers, subscribes to the channel of
-// every (set, timeframe, symbol) before any instance runs, and returns the
-// topology's sinks block. The sinks keep their shipped settings but the
+// startSinks starts the three servers, adds to the instances' topology a
+// DynamoDB, a Valkey and an S3 Parquet sink per set reading every candle
+// topic of the shape, and subscribes to the channel of every (set,
+// timeframe, symbol). Call it before any instance starts; the replay's
+// topology has no sinks. The sinks keep their shipped settings but the
 // lake's flush_age (1s instead of 30s, so the test does not wait for it).
-func (c *cluster) startClusterSinks() string {
+func (c *cluster) startSinks() *clusterSinks {
 	t := c.t
-	s := &clusterSinks{ddb: testkit.Dynalite(t), redis: testkit.Redis(t), s3: newSXS3(t, "lake"),
-		sets: sinkSets(c.opts.shape), published: map[sinkWindow][]vksink.Message{}}
-	c.sinks = s
-	raw, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.redis.Addr}, DisableCache: true})
+	t.Helper()
+	top, err := loadTopology(c.topFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(raw.Close)
-	s.raw = raw
+	var stages []sinkStage
+	for _, tp := range c.opts.shape.candleTopics {
+		var st sinkStage
+		for name, p := range top.Processors {
+			if p.Output.Topic == tp {
+				st = sinkStage{name, tp, p.Timeframe}
+			}
+		}
+		if st.proc == "" {
+			t.Fatalf("no processor of %s writes %s", c.topFile, tp)
+		}
+		stages = append(stages, st)
+	}
+	s := &clusterSinks{c: c, ddb: testkit.Dynalite(t), redis: testkit.Redis(t), s3: newSXS3(t, "lake"),
+		sets: sinkSets(stages), published: map[sinkWindow][]vksink.Message{}}
+	if s.raw, err = valkey.NewClient(valkey.ClientOption{InitAddress: []string{s.redis.Addr}, DisableCache: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var readers []*vksink.Reader
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, r := range readers {
+			r.Close()
+		}
+		s.raw.Close()
+	})
 
 	var b strings.Builder
 	b.WriteString("sinks:\n")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	for set, stages := range s.sets {
+	for set, sts := range s.sets {
 		var from []string
-		for _, i := range stages {
-			from = append(from, c.opts.shape.stages[i])
+		for _, st := range sts {
+			from = append(from, st.proc)
 		}
 		fmt.Fprintf(&b, `  ddb%[1]d: {kind: dynamodb, from: [%[2]s], endpoint: %[3]s, provision: true, table: {name: candles%[1]d}}
   live%[1]d: {kind: valkey, from: [%[2]s], addrs: [%[4]s], key_prefix: "s%[1]d:"}
@@ -104,7 +134,7 @@ func (c *cluster) startClusterSinks() string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(r.Close)
+		readers = append(readers, r)
 		wg.Go(func() {
 			_ = r.Run(ctx, func(m vksink.Message) {
 				if !m.Final {
@@ -116,21 +146,23 @@ func (c *cluster) startClusterSinks() string {
 				s.mu.Unlock()
 			})
 		})
-		for _, i := range stages {
+		for _, st := range sts {
 			for _, sym := range clusterSymbols {
-				if err := r.Subscribe(ctx, sym, s.timeframe(c, i)); err != nil {
+				if err := r.Subscribe(ctx, sym, st.tf); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 	}
-	return b.String()
-}
-
-// timeframe is the timeframe of the shape's candle stage i.
-func (s *clusterSinks) timeframe(c *cluster, i int) string {
-	tp := c.opts.shape.candleTopics[i]
-	return tp[strings.IndexByte(tp, '.')+1:]
+	f, err := os.OpenFile(c.topFile, os.O_APPEND|os.O_WRONLY, 0)
+	if err == nil {
+		_, err = f.WriteString(b.String())
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		t.Fatalf("add the sinks to %s: %v", c.topFile, err)
+	}
+	return s
 }
 
 // topicRevs reads the live candle topic tp and returns the highest rev of
@@ -151,7 +183,7 @@ func (c *cluster) topicRevs(tp string) map[window]uint32 {
 	return revs
 }
 
-// waitSinks polls the stores until each holds, for every window the replay
+// wait polls the stores until each holds, for every window the replay
 // closed, the replay's candle with the highest rev the live topic has for
 // that window, or fails with the differences after within. Called once the
 // live topics equal the replay (waitExact).
@@ -164,15 +196,15 @@ func (c *cluster) topicRevs(tp string) map[window]uint32 {
 //     none was above the topic's, the window's revision guard holds its rev
 //     when it was revised, and each active hash holds a window no older than
 //     the replay's last (its candle when it is one of those windows).
-func (c *cluster) waitSinks(want map[string][]string, within time.Duration) {
+func (s *clusterSinks) wait(want map[string][]string, within time.Duration) {
+	c := s.c
 	c.t.Helper()
-	s := c.sinks
 	exp := map[sinkWindow]candle.Candle{}
 	span := map[sinkWindow][2]int64{} // per (set, tf, symbol), open 0: the replay's first and last window
 	revised := 0
-	for set, stages := range s.sets {
-		for _, i := range stages {
-			tp := c.opts.shape.candleTopics[i]
+	for set, sts := range s.sets {
+		for _, st := range sts {
+			tp := st.topic
 			revs := c.topicRevs(tp)
 			for _, v := range want[tp] {
 				cd, err := candle.ParseJSON([]byte(v))
@@ -196,11 +228,11 @@ func (c *cluster) waitSinks(want map[string][]string, within time.Duration) {
 	c.logf("sinks: waiting for %d windows (%d revised) in DynamoDB, Valkey and S3", len(exp), revised)
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	rd := s.readers(ctx, c)
+	rd := s.readers(ctx)
 	deadline := time.Now().Add(within)
 	for {
 		c.checkNoSelfExit()
-		probs := s.problems(c, rd, exp, span)
+		probs := s.problems(rd, exp, span)
 		if len(probs) == 0 {
 			c.logf("sinks: every store holds the newest revision of all %d windows (%d revised)", len(exp), revised)
 			return
@@ -224,7 +256,8 @@ type storeReaders struct {
 	live *vksink.Reader
 }
 
-func (s *clusterSinks) readers(ctx context.Context, c *cluster) []storeReaders {
+func (s *clusterSinks) readers(ctx context.Context) []storeReaders {
+	c := s.c
 	c.t.Helper()
 	tp, err := loadTopology(c.topFile)
 	if err != nil {
@@ -248,8 +281,8 @@ func (s *clusterSinks) readers(ctx context.Context, c *cluster) []storeReaders {
 	return out
 }
 
-// problems lists how the stores differ from exp (see waitSinks).
-func (s *clusterSinks) problems(c *cluster, rd []storeReaders, exp map[sinkWindow]candle.Candle, span map[sinkWindow][2]int64) []string {
+// problems lists how the stores differ from exp (see clusterSinks.wait).
+func (s *clusterSinks) problems(rd []storeReaders, exp map[sinkWindow]candle.Candle, span map[sinkWindow][2]int64) []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var probs []string
@@ -259,7 +292,7 @@ func (s *clusterSinks) problems(c *cluster, rd []storeReaders, exp map[sinkWindo
 		probs = append(probs, compareStore("dynamodb", k, exp, cs, err)...)
 		tf, err := candle.ParseTimeframe(k.tf, nil)
 		if err != nil {
-			c.t.Fatal(err)
+			s.c.t.Fatal(err)
 		}
 		cs, err = r.lake.Candles(ctx, k.sym, tf, sp[0], sp[1]+1, 0, false)
 		probs = append(probs, compareStore("s3", k, exp, cs, err)...)
@@ -404,7 +437,8 @@ func TestClusterSinkChecks(t *testing.T) {
 			t.Errorf("%s: problems %q, want %q", tc.name, p, tc.want)
 		}
 	}
-	if got := sinkSets(outageShape); fmt.Sprint(got) != "[[0 1 2] [3]]" {
-		t.Errorf("sinkSets(outageShape) = %v, want [[0 1 2] [3]] (c.1m and d.1m apart)", got)
+	sts := []sinkStage{{"c5s", "c.5s", "5s"}, {"c1m", "c.1m", "1m"}, {"d1m", "d.1m", "1m"}, {"d5s", "d.5s", "5s"}}
+	if got := fmt.Sprint(sinkSets(sts)); got != "[[{c5s c.5s 5s} {c1m c.1m 1m}] [{d1m d.1m 1m} {d5s d.5s 5s}]]" {
+		t.Errorf("sinkSets = %v: two stages of one timeframe in one set", got)
 	}
 }

@@ -134,7 +134,6 @@ type cluster struct {
 	// revised counts, with opts.revisions, the windows whose newest candle
 	// has rev > 0, per topic (with its prefix), at the last outputs read.
 	revised map[string]int
-	sinks   *clusterSinks // with opts.sinks (clustersinks_test.go)
 }
 
 type clusterOpts struct {
@@ -145,10 +144,6 @@ type clusterOpts struct {
 	// candle topic holds several candles of a window; outputs compares the
 	// newest of each (see latestRevisions).
 	revisions bool
-	// sinks: the instances also write every candle topic to DynamoDB,
-	// Valkey and an S3 lake (see clusterSinks and waitSinks); the replay
-	// writes none.
-	sinks bool
 }
 
 type instance struct {
@@ -191,12 +186,8 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 		c.brData = filepath.Join(dir, "broker-data")
 	}
 	c.startBroker()
-	var sinks string
-	if o.sinks {
-		sinks = c.startClusterSinks()
-	}
-	c.topFile = c.writeTopology("crash.yaml", "", sinks)
-	c.repFile = c.writeTopology("replay.yaml", "replay.", "")
+	c.topFile = c.writeTopology("crash.yaml", "")
+	c.repFile = c.writeTopology("replay.yaml", "replay.")
 	c.cl, err = kgo.NewClient(kgo.SeedBrokers(c.addr), kgo.RetryTimeout(2*time.Minute))
 	if err != nil {
 		t.Fatal(err)
@@ -214,12 +205,9 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	return c
 }
 
-// writeTopology writes the cluster's topology with the topic prefix and
-// the sinks block (may be empty) appended.
-func (c *cluster) writeTopology(name, prefix, sinks string) string {
+func (c *cluster) writeTopology(name, prefix string) string {
 	path := filepath.Join(c.dir, name)
-	top := fmt.Appendf(nil, clusterTopology, c.addr, prefix, fmt.Sprintf(c.opts.shape.processors, c.addr, prefix))
-	if err := os.WriteFile(path, append(top, sinks...), 0o644); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, clusterTopology, c.addr, prefix, fmt.Sprintf(c.opts.shape.processors, c.addr, prefix)), 0o644); err != nil {
 		c.t.Fatal(err)
 	}
 	return path

@@ -47,7 +47,7 @@ const (
 // DynamoDB table, Valkey and an S3 Parquet lake (their sink stages, shipped
 // settings but the lake's flush_age), and each store ends with that
 // candle, at the highest rev the topic has for the window, for every
-// window (waitSinks): the backlog's revisions reach every store and none
+// window (clusterSinks.wait): the backlog's revisions reach every store and none
 // goes back.
 func TestOutageBacklogBecomesRevisions(t *testing.T) { testOutage(t, false) }
 
@@ -58,7 +58,8 @@ func TestOutageBacklogBecomesRevisionsUnderKills(t *testing.T) { testOutage(t, t
 
 func testOutage(t *testing.T, kills bool) {
 	wallClockTest(t)
-	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, shape: outageShape, revisions: true, sinks: true})
+	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, shape: outageShape, revisions: true})
+	sinks := c.startSinks()
 	c.startInstances(2)
 	// The outage starts between :45 and :53 of a minute: the idle advance
 	// (idle_timeout 5s, lateness 2s) closes that minute's windows at about
@@ -89,7 +90,7 @@ func testOutage(t *testing.T, kills bool) {
 	c.waitGen(gen, outageTail+time.Minute)
 	want := c.replay()
 	c.waitExact(want, 2*time.Minute)
-	c.waitSinks(want, time.Minute)
+	sinks.wait(want, time.Minute)
 
 	for _, tp := range c.opts.shape.candleTopics {
 		c.logf("%s: %d windows revised live, %d in the replay", tp, c.revised[tp], c.revised["replay."+tp])
