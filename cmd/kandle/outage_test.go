@@ -43,17 +43,23 @@ const (
 // the same input (which, reading the backlog in order, never needed a
 // revision), revisions came out in order (0, 1, 2, … per window), every
 // topic has revised windows of every symbol, and no record was
-// dead-lettered late.
+// dead-lettered late. The instances also write every candle topic to a
+// DynamoDB table, Valkey and an S3 Parquet lake (their sink stages, shipped
+// settings but the lake's flush_age), and each store ends with that
+// candle, at the highest rev the topic has for the window, for every
+// window (clusterSinks.wait): the backlog's revisions reach every store and none
+// goes back.
 func TestOutageBacklogBecomesRevisions(t *testing.T) { testOutage(t, false) }
 
 // The same, with both instances SIGKILLed, one after the other, while the
 // backlog is processed (the first restarts on its disk, the second on an
-// empty one).
+// empty one): their sink stages are killed mid-write too, and redeliver.
 func TestOutageBacklogBecomesRevisionsUnderKills(t *testing.T) { testOutage(t, true) }
 
 func testOutage(t *testing.T, kills bool) {
 	wallClockTest(t)
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, shape: outageShape, revisions: true})
+	sinks := c.startSinks()
 	c.startInstances(2)
 	// The outage starts between :45 and :53 of a minute: the idle advance
 	// (idle_timeout 5s, lateness 2s) closes that minute's windows at about
@@ -84,6 +90,7 @@ func testOutage(t *testing.T, kills bool) {
 	c.waitGen(gen, outageTail+time.Minute)
 	want := c.replay()
 	c.waitExact(want, 2*time.Minute)
+	sinks.wait(want, time.Minute)
 
 	for _, tp := range c.opts.shape.candleTopics {
 		c.logf("%s: %d windows revised live, %d in the replay", tp, c.revised[tp], c.revised["replay."+tp])
