@@ -10,11 +10,14 @@ import (
 // outageShape runs revise_within on its candle stages: c5s with a 15s → 1m
 // rollup chain above it (the shape of a 1m stage with its rollups, scaled
 // like the crash harness's so that a minute of input closes windows at
-// every level), and d1m, a 1m candles stage, directly. The horizon (1h)
+// every level), and d1m, a 1m candles stage, directly. c.5s has the
+// trades' partition count, so the revisions cascade into c15s in process
+// (fused into c5s, unless KANDLE_TEST_FUSE=off) and into c1m through a
+// topic. The horizon (1h)
 // holds the whole outage; lateness, idle_timeout and max_future are the
 // shipped defaults.
 var outageShape = clusterShape{
-	processors: `  c5s: {kind: candles, from: trades, timeframe: 5s, revise_within: 1h, output: {topic: %[2]sc.5s, partitions: 4}}
+	processors: `  c5s: {kind: candles, from: trades, timeframe: 5s, revise_within: 1h, output: {topic: %[2]sc.5s, partitions: 6}}
   c15s: {kind: rollup, from: c5s, timeframe: 15s, output: {topic: %[2]sc.15s, partitions: 3}}
   c1m: {kind: rollup, from: c15s, timeframe: 1m, output: {topic: %[2]sc.1m, partitions: 2}}
   d1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 1h, output: {topic: %[2]sd.1m, partitions: 3}}`,
