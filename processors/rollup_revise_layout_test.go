@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -16,19 +17,19 @@ import (
 	"github.com/kandle/kandle/candle"
 )
 
-var updateRollupGolden = flag.Bool("update", false, "rewrite testdata/rollup-revise-key-layout.golden with the state this rollup writes")
-
-// rollupLayoutGolden holds the state a rollup with a horizon wrote when it
-// kept its windows inside the key entry (flag rollRev), for the stream of
-// layoutRun, cut at layoutCut.
-const rollupLayoutGolden = "testdata/rollup-revise-key-layout.golden"
+// rollupLayoutGolden holds the state a rollup with horizon layoutH wrote
+// when it kept its windows inside the key entry (flag rollRev), for the
+// stream of layoutStream fed by layoutRun up to layoutCut. The rollup code
+// of commit 792f958 wrote it (its test's -update); the code that reads it no
+// longer writes that layout, so it is not rewritten.
+const rollupLayoutGolden = "testdata/rollup-state/key-layout.golden"
 
 const layoutCut = 300
 
 // layoutRun feeds recs to r: each sub-candle, then, now and then when it
 // ends its 5m window, a QuietMark of its key for that window's close. It
 // returns the output, one line per candle or rejection.
-func layoutRun(r *Rollup, recs []revRec, tf5 candle.Timeframe, rng *rand.Rand, st store) []string {
+func layoutRun(r *Rollup, recs []revRec, tf5 candle.Timeframe, st store) []string {
 	var log []string
 	for _, rc := range recs {
 		var out Output
@@ -55,25 +56,11 @@ func layoutStream(t testing.TB) ([]revRec, candle.Timeframe, candle.Timeframe) {
 	return reviseStream{tf: tf1, keys: 6, n: 600, skip: 3, horizon: 20 * time.Minute}.gen(rng, baseDay.UnixMilli()), tf1, tf5
 }
 
-func writeStore(path string, st store) error {
-	var b bytes.Buffer
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range st {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		fmt.Fprintf(&b, "%x %x\n", k, st[k])
-	}
-	return os.WriteFile(path, b.Bytes(), 0o644)
-}
-
 func readStore(t testing.TB, path string) store {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
-		t.Fatalf("%v (write it with go test -run TestRollupReviseRestoresKeyLayout -update)", err)
+		t.Fatal(err)
 	}
 	defer f.Close()
 	st := store{}
@@ -100,18 +87,11 @@ func readStore(t testing.TB, path string) store {
 func TestRollupReviseRestoresKeyLayout(t *testing.T) {
 	in, tf1, tf5 := layoutStream(t)
 	build := func() *Rollup {
-		r, err := NewRollup(RollupConfig{From: tf1, To: tf5, ReviseWithin: 20 * time.Minute})
+		r, err := NewRollup(RollupConfig{From: tf1, To: tf5, ReviseWithin: layoutH})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
-	}
-	if *updateRollupGolden {
-		r, st := build(), store{}
-		layoutRun(r, in[:layoutCut], tf5, nil, st)
-		if err := writeStore(rollupLayoutGolden, st); err != nil {
-			t.Fatal(err)
-		}
 	}
 	old := readStore(t, rollupLayoutGolden)
 	rev := 0
@@ -124,8 +104,8 @@ func TestRollupReviseRestoresKeyLayout(t *testing.T) {
 		t.Fatalf("%s holds no key entry with kept windows", rollupLayoutGolden)
 	}
 	ref := build()
-	layoutRun(ref, in[:layoutCut], tf5, nil, nil)
-	want := layoutRun(ref, in[layoutCut:], tf5, nil, nil)
+	layoutRun(ref, in[:layoutCut], tf5, nil)
+	want := layoutRun(ref, in[layoutCut:], tf5, nil)
 	if len(want) == 0 {
 		t.Fatal("no output after the cut: the test tests nothing")
 	}
@@ -141,8 +121,74 @@ func TestRollupReviseRestoresKeyLayout(t *testing.T) {
 	if quiet == 0 || wins < 2*len(r.keys) {
 		t.Fatalf("%s: %d quiet keys, %d kept windows in %d keys: it tests too little", rollupLayoutGolden, quiet, wins, len(r.keys))
 	}
-	got := layoutRun(r, in[layoutCut:], tf5, nil, nil)
+	// Its first Changes rewrites every key in the layout of rollRevOwn;
+	// a restart from that state half-way gives the same output again.
+	st := maps.Clone(old)
+	st.apply(r)
+	for k, v := range st {
+		if k[0] == entryKey && v[1]&rollRev != 0 {
+			t.Fatalf("entry %s still in the key layout after Changes", fmtEntry(k, v))
+		}
+	}
+	if st.count(rollWinEntry) == 0 || st.count(rollSubEntry) == 0 {
+		t.Fatalf("no kept window or sub-candle entries after Changes: %d entries", len(st))
+	}
+	half := layoutCut + (len(in)-layoutCut)/2
+	got := layoutRun(r, in[layoutCut:half], tf5, st)
+	r = build()
+	st.restoreInto(t, r, rand.New(rand.NewPCG(1, 2)))
+	got = append(got, layoutRun(r, in[half:], tf5, nil)...)
 	if !slices.Equal(want, got) {
 		t.Fatalf("restored from the key layout:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+var updateRollupOff = flag.Bool("update", false, "rewrite testdata/rollup-state/off.golden")
+
+// rollupOffGolden pins a rollup without a horizon: the output of
+// layoutStream and the state it leaves, byte for byte (a horizon's state
+// layout must not change them).
+const rollupOffGolden = "testdata/rollup-state/off.golden"
+
+func TestRollupOffStateUnchanged(t *testing.T) {
+	in, tf1, tf5 := layoutStream(t)
+	r, err := NewRollup(RollupConfig{From: tf1, To: tf5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store{}
+	var b bytes.Buffer
+	// Each key's sub-candles in time order: a rollup without a horizon
+	// takes no revisions.
+	last := map[string]int64{}
+	in = slices.DeleteFunc(in, func(rc revRec) bool {
+		if rc.c.CloseTime <= last[rc.c.Symbol] {
+			return true
+		}
+		last[rc.c.Symbol] = rc.c.CloseTime
+		return false
+	})
+	for _, l := range layoutRun(r, in, tf5, st) {
+		b.WriteString(l + "\n")
+	}
+	for _, k := range slices.Sorted(maps.Keys(st)) {
+		fmt.Fprintf(&b, "state %x %x\n", k, st[k])
+	}
+	if *updateRollupOff {
+		if err := os.WriteFile(rollupOffGolden, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(rollupOffGolden)
+	if err != nil {
+		t.Fatalf("%v (write it with -update)", err)
+	}
+	if !bytes.Equal(b.Bytes(), want) {
+		t.Fatalf("a rollup without a horizon changed its output or state from %s", rollupOffGolden)
+	}
+}
+
+// layoutH is the horizon of the rollups of TestRollupReviseRestoresKeyLayout:
+// longer than the stream's (20m), so a key goes quiet but is not freed
+// while the stream can still revise it.
+const layoutH = time.Hour

@@ -341,10 +341,16 @@ func TestRollupReviseRestoresStateWithoutHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range stateOf(r, nil) {
+	revised := stateOf(r, nil)
+	for k, v := range revised {
 		if err := back.Restore([]byte(k), v); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Its first Changes deletes the kept window and sub-candle entries
+	// and writes the key entry without its section.
+	if st := stateOf(back, revised); len(st) != 1 || st["kBTC"] == nil || st["kBTC"][1]&(rollRev|rollRevOwn) != 0 {
+		t.Fatalf("state without the horizon again: %d entries", len(st))
 	}
 	for m := 6; m < 9; m++ {
 		process(back, sub(m, "8", 0))
@@ -355,7 +361,7 @@ func TestRollupReviseRestoresStateWithoutHorizon(t *testing.T) {
 	if len(out.Candles) != 1 || !out.Candles[0].Equal(&want) {
 		t.Fatalf("without the horizon again: %+v, want %s", out, fmtCandle(&want))
 	}
-	if rev := stateOf(back, nil)["kBTC"]; rev[1]&rollRev != 0 {
+	if rev := stateOf(back, nil)["kBTC"]; rev[1]&(rollRev|rollRevOwn) != 0 {
 		t.Fatalf("a rollup without a horizon wrote kept windows")
 	}
 }
@@ -365,6 +371,11 @@ func TestRollupReviseRestoresStateWithoutHorizon(t *testing.T) {
 // output of the parent going on.
 func TestRollupReviseHandOver(t *testing.T) {
 	tf1, tf5 := tfOf(t, "1m", nil), tfOf(t, "5m", nil)
+	for _, bad := range []string{"w\x03BT", "s\x03BTC\x00", "x"} {
+		if _, _, err := (RollupResharder{}).EntryKey([]byte(bad)); err == nil {
+			t.Fatalf("EntryKey(%q): no error", bad)
+		}
+	}
 	for seed := range uint64(10) {
 		rng := rand.New(rand.NewPCG(seed, 22))
 		in := reviseStream{tf: tf1, keys: 8, n: 600, skip: 3, horizon: 20 * time.Minute}.gen(rng, baseDay.UnixMilli())
@@ -381,6 +392,9 @@ func TestRollupReviseHandOver(t *testing.T) {
 			parent.Process(Record{Value: rc.c.AppendJSON(nil)}, &out)
 		}
 		st := stateOf(parent, nil)
+		if (store(st)).count(rollWinEntry) == 0 || (store(st)).count(rollSubEntry) == 0 {
+			t.Fatalf("seed %d: no kept window or sub-candle entries to hand over", seed)
+		}
 		checkSplitMerge(t, RollupResharder{}, st)
 		children := [2]*Rollup{build(), build()}
 		for i, own := range []func(string) bool{owns, func(k string) bool { return !owns(k) }} {
@@ -389,6 +403,10 @@ func TestRollupReviseHandOver(t *testing.T) {
 				t.Fatalf("hand-over: %v %v", err, conflicts)
 			}
 			for k, v := range entries {
+				// Every entry goes to the child owning its symbol.
+				if name, _, err := (RollupResharder{}).EntryKey([]byte(k)); err != nil || !own(name) || k[0] != entryKey && entries[string(entryKey)+name] == nil {
+					t.Fatalf("seed %d: entry %s handed to a child without its key (%v)", seed, fmtEntry(k, v), err)
+				}
 				if err := children[i].Restore([]byte(k), v); err != nil {
 					t.Fatal(err)
 				}
