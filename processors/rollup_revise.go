@@ -204,9 +204,17 @@ func (r *Rollup) revise(k *rollKey, w *rollWin, c *candle.Candle, out *Output) {
 	out.Candles = append(out.Candles, after)
 }
 
+// rollFoldBatch is how many sub-candles past the horizon a kept window
+// holds before they are folded into its base: folding rewrites the window's
+// entry, so it is done in batches (a window usually leaves the horizon
+// before), and the candle is the same either way (the sub-candles are
+// merged in the same order; those past the horizon are refused before).
+const rollFoldBatch = 8
+
 // advance moves k's clock to t when later: windows that closed at or before
 // the new clock − horizon are dropped, and the sub-candles that did are
-// folded into their window's base; the partition's clock follows.
+// folded into their window's base, rollFoldBatch or more at a time; the
+// partition's clock follows.
 func (r *Rollup) advance(k *rollKey, t int64) {
 	kp := k.rv
 	if t <= kp.clock {
@@ -231,10 +239,15 @@ func (r *Rollup) advance(k *rollKey, t int64) {
 		}
 		n := 0
 		for n < len(w.subs) && w.subs[n].CloseTime <= cut {
-			w.baseNG = candle.Merge(&w.base, &w.subs[n], w.baseNG)
-			w.folded = w.subs[n].CloseTime
-			r.dropSub(k, w, w.subs[n].OpenTime)
 			n++
+		}
+		if n < rollFoldBatch {
+			continue
+		}
+		for i := range n {
+			w.baseNG = candle.Merge(&w.base, &w.subs[i], w.baseNG)
+			w.folded = w.subs[i].CloseTime
+			r.dropSub(k, w, w.subs[i].OpenTime)
 		}
 		if n > 0 {
 			r.saveWin(k, w)
