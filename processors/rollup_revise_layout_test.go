@@ -137,7 +137,8 @@ func TestRollupReviseRestoresKeyLayout(t *testing.T) {
 	got := layoutRun(r, in[layoutCut:half], tf5, st)
 	r = build()
 	st.restoreInto(t, r, rand.New(rand.NewPCG(1, 2)))
-	got = append(got, layoutRun(r, in[half:], tf5, nil)...)
+	got = append(got, layoutRun(r, in[half:], tf5, st)...)
+	checkRollupEntries(t, r, st)
 	if !slices.Equal(want, got) {
 		t.Fatalf("restored from the key layout:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

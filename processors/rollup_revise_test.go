@@ -219,7 +219,37 @@ func runReviseChain(t *testing.T, chain []candle.Timeframe, h time.Duration, in 
 	for i := range in {
 		feed(0, &in[i].c, in[i].want)
 	}
+	for i := range rs {
+		checkRollupEntries(t, rs[i], sts[i])
+	}
 	return outs
+}
+
+// checkRollupEntries checks that st, the state r wrote, holds exactly an
+// entry for each of r's keys and for each window and sub-candle it keeps:
+// none left behind by a window that left the horizon, a fold or a freed
+// key.
+func checkRollupEntries(t *testing.T, r *Rollup, st store) {
+	t.Helper()
+	st.apply(r)
+	want := map[string]bool{}
+	for name, k := range r.keys {
+		want[string(entryKey)+name] = true
+		for _, w := range k.rv.wins {
+			want[string(rollEntryKey(nil, name, rollOp{win: w.open}))] = true
+			for i := range w.subs {
+				want[string(rollEntryKey(nil, name, rollOp{isSub: true, win: w.open, sub: w.subs[i].OpenTime}))] = true
+			}
+		}
+	}
+	for k, v := range st {
+		if !want[k] {
+			t.Fatalf("state entry %s is kept by no key", fmtEntry(k, v))
+		}
+	}
+	if len(st) != len(want) {
+		t.Fatalf("state has %d entries, the rollup keeps %d", len(st), len(want))
+	}
 }
 
 // checkRevisions checks each stage's output against its input.
@@ -454,6 +484,7 @@ func TestRollupReviseWithoutRevisionsSameAsOff(t *testing.T) {
 				t.Fatal(err)
 			}
 			var subs []candle.Candle
+			st := store{}
 			last := map[string]int64{}
 			for _, rc := range in {
 				if rc.c.CloseTime > last[rc.c.Symbol] { // not a revision or a replay
@@ -477,6 +508,10 @@ func TestRollupReviseWithoutRevisionsSameAsOff(t *testing.T) {
 				for j := range out.Rejected {
 					logs[i] = append(logs[i], fmtRejection(&out.Rejected[j]))
 				}
+				st.apply(r)
+			}
+			if h > 0 {
+				checkRollupEntries(t, r, st) // quiet keys freed with their entries
 			}
 		}
 		if len(logs[0]) == 0 || !slices.Equal(logs[0], logs[1]) {
