@@ -249,10 +249,8 @@ func (r *Rollup) advance(k *rollKey, t int64) {
 			w.folded = w.subs[i].CloseTime
 			r.dropSub(k, w, w.subs[i].OpenTime)
 		}
-		if n > 0 {
-			r.saveWin(k, w)
-			w.subs = slices.Delete(w.subs, 0, n)
-		}
+		r.saveWin(k, w)
+		w.subs = slices.Delete(w.subs, 0, n)
 	}
 	if t > r.pclock {
 		r.pclock = t
