@@ -420,6 +420,12 @@ func fmtEntry(key string, val []byte) string {
 		name := r.bytes(r.uvarint())
 		open, seq := r.varint(), r.uvarint()
 		return fmt.Sprintf("t %s %s #%d", name, fmtTime(open), seq)
+	case rollWinEntry:
+		name, op, _ := parseRollEntryKey([]byte(key))
+		return fmt.Sprintf("w %s %s", name, fmtTime(op.win))
+	case rollSubEntry:
+		name, op, _ := parseRollEntryKey([]byte(key))
+		return fmt.Sprintf("s %s %s %s", name, fmtTime(op.win), fmtTime(op.sub))
 	case entryIDs:
 		r := reader{b: []byte(key[1:])}
 		name := r.bytes(r.uvarint())

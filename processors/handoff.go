@@ -206,16 +206,27 @@ func mergeAggregatorPartition(vals [][]byte) ([]byte, error) {
 	return out, nil
 }
 
-// RollupResharder splits and merges the state of a Rollup: one entry per
-// candle symbol (the record key of its input), nothing partition-wide.
+// RollupResharder splits and merges the state of a Rollup: a candle
+// symbol's (the record key of its input) key entry and, with a revision
+// horizon, its kept window and sub-candle entries; nothing partition-wide.
 type RollupResharder struct{}
 
 // EntryKey returns the symbol of a rollup state entry.
 func (RollupResharder) EntryKey(entry []byte) (string, bool, error) {
-	if len(entry) == 0 || entry[0] != entryKey {
+	if len(entry) == 0 {
 		return "", false, fmt.Errorf("not a rollup state entry: %w", errCorrupt)
 	}
-	return string(entry[1:]), true, nil
+	switch entry[0] {
+	case entryKey:
+		return string(entry[1:]), true, nil
+	case rollWinEntry, rollSubEntry:
+		name, _, err := parseRollEntryKey(entry)
+		if err != nil {
+			return "", false, fmt.Errorf("rollup kept entry: %w", err)
+		}
+		return name, true, nil
+	}
+	return "", false, fmt.Errorf("not a rollup state entry (kind %q): %w", entry[0], errCorrupt)
 }
 
 // MergePartition fails: a rollup has no partition-wide entries.

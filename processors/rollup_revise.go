@@ -16,8 +16,10 @@ import (
 // the open time before which its windows are unknown, a quiet byte, then
 // each kept window (open, length, rev, flags 1 emitted and 2 base has
 // trades, the close of the last folded sub-candle, the base candle, the
-// kept sub-candles). Entries without it (written with no horizon) restore
-// as a key whose windows before its open one are unknown.
+// kept sub-candles). It is only read: such an entry is rewritten in the
+// layout of rollRevOwn (see rollup_revise_state.go) the first time it is
+// saved. Entries with neither flag (written with no horizon) restore as a
+// key whose windows before its open one are unknown.
 const rollRev = 16
 
 // rollKept is one key's kept windows, with a revision horizon.
@@ -33,6 +35,12 @@ type rollKept struct {
 	// wins are the kept windows in time order: the open one (last, when
 	// the key has one) and the emitted ones closing after clock − horizon.
 	wins []*rollWin
+	// own: restored from a key entry flagged rollRevOwn, whose windows
+	// come in entries of their own.
+	own bool
+	// ops are the window and sub-candle entries to write or delete at the
+	// next Changes, in order.
+	ops []rollOp
 }
 
 // rollWin is one kept higher window. Its candle is base merged with subs,
@@ -47,11 +55,15 @@ type rollWin struct {
 	baseNG      bool  // base holds a sub-candle with trades
 	folded      int64 // close of the last sub-candle folded into base (open when none)
 	subs        []candle.Candle
+	dirty       bool // its entry is to be written (an op is queued)
+	stub        bool // restored from sub-candle entries only, so far
 }
 
-// openWin starts the kept window of the key's new open candle acc.
-func (kp *rollKept) openWin(acc *candle.Candle) {
-	kp.wins = append(kp.wins, &rollWin{open: acc.OpenTime, close: acc.CloseTime, base: *acc, folded: acc.OpenTime})
+// openWin starts the kept window of k's new open candle.
+func (r *Rollup) openWin(k *rollKey) {
+	w := &rollWin{open: k.acc.OpenTime, close: k.acc.CloseTime, base: k.acc, folded: k.acc.OpenTime}
+	k.rv.wins = append(k.rv.wins, w)
+	r.saveWin(k, w)
 }
 
 // find returns the kept window opening at open and its index, or nil and
@@ -161,6 +173,8 @@ func (r *Rollup) revise(k *rollKey, w *rollWin, c *candle.Candle, out *Output) {
 		_, at := kp.find(w.open)
 		kp.wins = slices.Insert(kp.wins, at, w)
 		w.subs = append(w.subs, *c)
+		r.saveWin(k, w)
+		r.saveSub(k, w, c.OpenTime)
 		v, ng := w.value()
 		candle.FlattenGap(&v, ng)
 		out.Candles = append(out.Candles, v)
@@ -172,6 +186,7 @@ func (r *Rollup) revise(k *rollKey, w *rollWin, c *candle.Candle, out *Output) {
 	} else {
 		w.subs = slices.Insert(w.subs, i, *c)
 	}
+	r.saveSub(k, w, c.OpenTime)
 	after, ng := w.value()
 	if k.open && w.open == k.acc.OpenTime && !w.emitted {
 		k.acc, k.hasNonGap = after, ng
@@ -184,13 +199,22 @@ func (r *Rollup) revise(k *rollKey, w *rollWin, c *candle.Candle, out *Output) {
 		return
 	}
 	w.rev++
+	r.saveWin(k, w)
 	after.Rev = w.rev
 	out.Candles = append(out.Candles, after)
 }
 
+// rollFoldBatch is how many sub-candles past the horizon a kept window
+// holds before they are folded into its base: folding rewrites the window's
+// entry, so it is done in batches (a window usually leaves the horizon
+// before), and the candle is the same either way (the sub-candles are
+// merged in the same order; those past the horizon are refused before).
+const rollFoldBatch = 8
+
 // advance moves k's clock to t when later: windows that closed at or before
 // the new clock − horizon are dropped, and the sub-candles that did are
-// folded into their window's base; the partition's clock follows.
+// folded into their window's base, rollFoldBatch or more at a time; the
+// partition's clock follows.
 func (r *Rollup) advance(k *rollKey, t int64) {
 	kp := k.rv
 	if t <= kp.clock {
@@ -203,6 +227,9 @@ func (r *Rollup) advance(k *rollKey, t int64) {
 		drop++
 	}
 	if drop > 0 {
+		for _, w := range kp.wins[:drop] {
+			r.dropWin(k, w)
+		}
 		clear(kp.wins[:drop])
 		kp.wins = kp.wins[drop:]
 	}
@@ -212,13 +239,18 @@ func (r *Rollup) advance(k *rollKey, t int64) {
 		}
 		n := 0
 		for n < len(w.subs) && w.subs[n].CloseTime <= cut {
-			w.baseNG = candle.Merge(&w.base, &w.subs[n], w.baseNG)
-			w.folded = w.subs[n].CloseTime
 			n++
 		}
-		if n > 0 {
-			w.subs = slices.Delete(w.subs, 0, n)
+		if n < rollFoldBatch {
+			continue
 		}
+		for i := range n {
+			w.baseNG = candle.Merge(&w.base, &w.subs[i], w.baseNG)
+			w.folded = w.subs[i].CloseTime
+			r.dropSub(k, w, w.subs[i].OpenTime)
+		}
+		r.saveWin(k, w)
+		w.subs = slices.Delete(w.subs, 0, n)
 	}
 	if t > r.pclock {
 		r.pclock = t
@@ -276,18 +308,30 @@ func (r *Rollup) freeQuiet() {
 // restoreRev sets up the kept windows of k, restored from an entry whose
 // kept windows are kp (nil: the entry was written without a horizon, so
 // only its open window is known, with every sub-candle so far folded).
+// Windows read from the key entry (kp nil or flagged rollRev) are saved in
+// entries of their own at the next Changes; those of a key entry flagged
+// rollRevOwn come in their own entries (resolve).
 func (r *Rollup) restoreRev(k *rollKey, kp *rollKept) {
+	k.rv = kp
 	if kp == nil {
 		kp = &rollKept{clock: k.lastSub, keptFrom: k.lastSub}
 		if !k.hasLast {
 			kp.clock, kp.keptFrom = math.MinInt64, math.MinInt64
 		}
+		k.rv = kp
 		if k.open {
 			kp.keptFrom = k.acc.OpenTime
 			kp.wins = []*rollWin{{open: k.acc.OpenTime, close: k.acc.CloseTime, base: k.acc, baseNG: k.hasNonGap, folded: k.lastSub}}
 		}
 	}
-	k.rv = kp
+	if !kp.own {
+		for _, w := range kp.wins {
+			r.saveWin(k, w)
+			for i := range w.subs {
+				r.saveSub(k, w, w.subs[i].OpenTime)
+			}
+		}
+	}
 	if kp.clock > r.pclock {
 		r.pclock = kp.clock
 	}
@@ -297,31 +341,10 @@ func (r *Rollup) restoreRev(k *rollKey, kp *rollKept) {
 	}
 }
 
-// appendTo writes the kept windows (after the open candle of a rollup key
-// entry flagged rollRev).
-func (kp *rollKept) appendTo(b []byte) []byte {
-	b = binary.AppendVarint(b, kp.clock)
-	b = binary.AppendVarint(b, kp.keptFrom)
-	b = append(b, boolBits(kp.quiet, false))
-	b = binary.AppendUvarint(b, uint64(len(kp.wins)))
-	for _, w := range kp.wins {
-		b = binary.AppendVarint(b, w.open)
-		b = binary.AppendVarint(b, w.close-w.open)
-		b = binary.AppendUvarint(b, uint64(w.rev))
-		b = append(b, boolBits(w.emitted, w.baseNG))
-		b = binary.AppendVarint(b, w.folded-w.open)
-		b = appendRollCandle(b, &w.base, w.open)
-		b = binary.AppendUvarint(b, uint64(len(w.subs)))
-		for i := range w.subs {
-			b = appendRollCandle(b, &w.subs[i], w.open)
-		}
-	}
-	return b
-}
-
-// readRev reads what appendTo wrote, for key name. Windows with a horizon
-// are read even by a rollup without one (which then drops them).
-func (r *Rollup) readRev(rd *reader, name string) *rollKept {
+// readKeyLayout reads the kept windows of a key entry flagged rollRev (the
+// layout before they had entries of their own), for key name. They are read
+// even by a rollup without a horizon (which then drops them).
+func (r *Rollup) readKeyLayout(rd *reader, name string) *rollKept {
 	kp := &rollKept{clock: rd.varint(), keptFrom: rd.varint()}
 	q := rd.bytes(1)
 	if q == nil {

@@ -219,7 +219,37 @@ func runReviseChain(t *testing.T, chain []candle.Timeframe, h time.Duration, in 
 	for i := range in {
 		feed(0, &in[i].c, in[i].want)
 	}
+	for i := range rs {
+		checkRollupEntries(t, rs[i], sts[i])
+	}
 	return outs
+}
+
+// checkRollupEntries checks that st, the state r wrote, holds exactly an
+// entry for each of r's keys and for each window and sub-candle it keeps:
+// none left behind by a window that left the horizon, a fold or a freed
+// key.
+func checkRollupEntries(t *testing.T, r *Rollup, st store) {
+	t.Helper()
+	st.apply(r)
+	want := map[string]bool{}
+	for name, k := range r.keys {
+		want[string(entryKey)+name] = true
+		for _, w := range k.rv.wins {
+			want[string(rollEntryKey(nil, name, rollOp{win: w.open}))] = true
+			for i := range w.subs {
+				want[string(rollEntryKey(nil, name, rollOp{isSub: true, win: w.open, sub: w.subs[i].OpenTime}))] = true
+			}
+		}
+	}
+	for k, v := range st {
+		if !want[k] {
+			t.Fatalf("state entry %s is kept by no key", fmtEntry(k, v))
+		}
+	}
+	if len(st) != len(want) {
+		t.Fatalf("state has %d entries, the rollup keeps %d", len(st), len(want))
+	}
 }
 
 // checkRevisions checks each stage's output against its input.
@@ -341,10 +371,16 @@ func TestRollupReviseRestoresStateWithoutHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range stateOf(r, nil) {
+	revised := stateOf(r, nil)
+	for k, v := range revised {
 		if err := back.Restore([]byte(k), v); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Its first Changes deletes the kept window and sub-candle entries
+	// and writes the key entry without its section.
+	if st := stateOf(back, revised); len(st) != 1 || st["kBTC"] == nil || st["kBTC"][1]&(rollRev|rollRevOwn) != 0 {
+		t.Fatalf("state without the horizon again: %d entries", len(st))
 	}
 	for m := 6; m < 9; m++ {
 		process(back, sub(m, "8", 0))
@@ -355,7 +391,7 @@ func TestRollupReviseRestoresStateWithoutHorizon(t *testing.T) {
 	if len(out.Candles) != 1 || !out.Candles[0].Equal(&want) {
 		t.Fatalf("without the horizon again: %+v, want %s", out, fmtCandle(&want))
 	}
-	if rev := stateOf(back, nil)["kBTC"]; rev[1]&rollRev != 0 {
+	if rev := stateOf(back, nil)["kBTC"]; rev[1]&(rollRev|rollRevOwn) != 0 {
 		t.Fatalf("a rollup without a horizon wrote kept windows")
 	}
 }
@@ -365,6 +401,11 @@ func TestRollupReviseRestoresStateWithoutHorizon(t *testing.T) {
 // output of the parent going on.
 func TestRollupReviseHandOver(t *testing.T) {
 	tf1, tf5 := tfOf(t, "1m", nil), tfOf(t, "5m", nil)
+	for _, bad := range []string{"w\x03BT", "s\x03BTC\x00", "x"} {
+		if _, _, err := (RollupResharder{}).EntryKey([]byte(bad)); err == nil {
+			t.Fatalf("EntryKey(%q): no error", bad)
+		}
+	}
 	for seed := range uint64(10) {
 		rng := rand.New(rand.NewPCG(seed, 22))
 		in := reviseStream{tf: tf1, keys: 8, n: 600, skip: 3, horizon: 20 * time.Minute}.gen(rng, baseDay.UnixMilli())
@@ -381,6 +422,9 @@ func TestRollupReviseHandOver(t *testing.T) {
 			parent.Process(Record{Value: rc.c.AppendJSON(nil)}, &out)
 		}
 		st := stateOf(parent, nil)
+		if (store(st)).count(rollWinEntry) == 0 || (store(st)).count(rollSubEntry) == 0 {
+			t.Fatalf("seed %d: no kept window or sub-candle entries to hand over", seed)
+		}
 		checkSplitMerge(t, RollupResharder{}, st)
 		children := [2]*Rollup{build(), build()}
 		for i, own := range []func(string) bool{owns, func(k string) bool { return !owns(k) }} {
@@ -389,6 +433,10 @@ func TestRollupReviseHandOver(t *testing.T) {
 				t.Fatalf("hand-over: %v %v", err, conflicts)
 			}
 			for k, v := range entries {
+				// Every entry goes to the child owning its symbol.
+				if name, _, err := (RollupResharder{}).EntryKey([]byte(k)); err != nil || !own(name) || k[0] != entryKey && entries[string(entryKey)+name] == nil {
+					t.Fatalf("seed %d: entry %s handed to a child without its key (%v)", seed, fmtEntry(k, v), err)
+				}
 				if err := children[i].Restore([]byte(k), v); err != nil {
 					t.Fatal(err)
 				}
@@ -436,6 +484,7 @@ func TestRollupReviseWithoutRevisionsSameAsOff(t *testing.T) {
 				t.Fatal(err)
 			}
 			var subs []candle.Candle
+			st := store{}
 			last := map[string]int64{}
 			for _, rc := range in {
 				if rc.c.CloseTime > last[rc.c.Symbol] { // not a revision or a replay
@@ -459,6 +508,10 @@ func TestRollupReviseWithoutRevisionsSameAsOff(t *testing.T) {
 				for j := range out.Rejected {
 					logs[i] = append(logs[i], fmtRejection(&out.Rejected[j]))
 				}
+				st.apply(r)
+			}
+			if h > 0 {
+				checkRollupEntries(t, r, st) // quiet keys freed with their entries
 			}
 		}
 		if len(logs[0]) == 0 || !slices.Equal(logs[0], logs[1]) {
