@@ -29,7 +29,9 @@ func TestChartRedrawsRevision(t *testing.T) {
 	start0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	cs := series("BTC/USDT", m1, start0.UnixMilli(), 30, 11)
 	mem := NewMemory(1000)
-	mem.Add(cs[:29]...)
+	hole := cs[10] // a window whose first candle comes late (below)
+	mem.Add(cs[:10]...)
+	mem.Add(cs[11:29]...)
 	mem.Active(cs[29])
 	s, err := New(Options{Config: defaults(t), Timeframes: map[string]candle.Timeframe{"1m": m1}, Hot: mem, Live: mem, Feed: mem,
 		Now: func() time.Time { return start0.Add(31 * time.Minute) }, Log: quiet()})
@@ -70,11 +72,11 @@ func TestChartRedrawsRevision(t *testing.T) {
 		if st.Error != "" {
 			t.Fatalf("the page reports: %s", st.Error)
 		}
-		if st.Ready && st.Bars == len(cs) && s.hub.channels() == 1 {
+		if st.Ready && st.Bars == len(cs)-1 && s.hub.channels() == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the chart never drew the %d bars and subscribed: %+v", len(cs), st)
+			t.Fatalf("the chart never drew the %d bars and subscribed: %+v", len(cs)-1, st)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -103,6 +105,23 @@ func TestChartRedrawsRevision(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the revised bar was not redrawn: bar %+v candle %+v", d.Bar, d.Candle)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// The first candle (rev 0) of a window that had none, after newer
+	// ones (a late trade made it): the page inserts it in time order.
+	mem.Add(hole)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		d, err := chromedp.Run(bctx, chromedp.Evaluate[drawn](fmt.Sprintf(`window.kandle.drawn(%d)`, hole.OpenTime/1000)))
+		if err != nil {
+			t.Fatalf("evaluate: %v", err)
+		}
+		if st := read(); d.Bar != nil && d.Candle != nil && d.Candle.Final && d.Candle.High == hole.High.String() && st.Bars == len(cs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the late window's first candle was not inserted: bar %+v candle %+v, %+v", d.Bar, d.Candle, read())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

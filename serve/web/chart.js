@@ -157,7 +157,18 @@
       volume.update(toVolume(b));
     } else {
       const i = barAt(b.time);
-      if (i < 0) return; // not on the chart (older than its first page)
+      if (i < 0) {
+        // A window that had no candle yet (a late trade made its first, rev
+        // 0, after newer ones): inserted in time order, unless it is older
+        // than the first page while older pages exist (scrolling loads it).
+        if (state.cursor && b.time < bars[0].time) return;
+        bars.splice(bars.findIndex((x) => x.time > b.time), 0, b);
+        setData();
+        state.redrawn++;
+        state.updates++;
+        publish();
+        return;
+      }
       const had = bars[i].c;
       if (had.final && !(m.final && (m.rev || 0) > (had.rev || 0))) return;
       bars[i] = b;
