@@ -166,16 +166,16 @@ brokers: [%s]
 metrics: ""
 commit_interval: 50ms
 sources:
-  trades: {topic: trades, partitions: 1}
+  trades: {topic: trades, partitions: 4}
 processors:
   1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 1h, idle_timeout: 0s, output: {topic: rk.1m, partitions: 4}}
   5m: {kind: rollup, from: 1m, timeframe: 5m, output: {topic: rk.5m, partitions: 3}}
 dead_letter: {topic: rk.dlq}
 `
 
-// A running group with a revision horizon keys every candle record
-// symbol@open_time on the partition Kafka's default partitioner gives the
-// bare symbol (quiet records stay keyed and partitioned by symbol); keeping
+// A running group with a revision horizon (the 5m rollup fused into the 1m
+// stage) keys every candle record symbol@open_time on the partition Kafka's
+// default partitioner gives the bare symbol (quiet records stay keyed and partitioned by symbol); keeping
 // only the last record of every key, as compaction does, leaves exactly
 // the newest revision of every window; a replay to topics writes the same
 // keys, partitions and candles.
@@ -191,8 +191,11 @@ func TestRevisionsLiveWindowKeys(t *testing.T) {
 	}
 	defer cl.Close()
 	ctx := context.Background()
-	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: 1}}); err != nil {
+	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: 4}}); err != nil {
 		t.Fatal(err)
+	}
+	if fused, err := engine.FusedInto(top); err != nil || fused["5m"] != "1m" {
+		t.Fatalf("fused chains %v (%v): want 5m fused into 1m (the symbol's partition is its trades')", fused, err)
 	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	symbols := []string{"BTC", "ETH", "SOL", "ADA", "XRP", "DOT", "a@b", "LTC"}
