@@ -22,7 +22,9 @@ import (
 // stage it reads (fusedInto) and which stages run fused into it (fused).
 // A rollup is fused when its processor does not opt out (fuse: false), the
 // stage it reads is not a Kinesis stage (shards are not partitions), both
-// read the same key (the rollup's input is keyed by symbol; a candles stage
+// read the same key (the rollup's input is partitioned by symbol: keyed by
+// it, or with a revision horizon by window, symbol@open_time, partitioned
+// by the symbol part alone (outputPartitioner); a candles stage
 // reads a source whose key_check holds its record keys to the symbol, or it
 // is fused into a chain that does) and the rollup's input topic has as many
 // partitions as the input of the stage it reads.
@@ -43,9 +45,10 @@ func (g *graph) fuse() {
 	}
 }
 
-// keyedBySymbol reports whether the records of s's input are keyed by the
-// symbol its candles carry: a rollup's input (candles) always are; a
-// candles stage's when its source checks the record key (key_check).
+// keyedBySymbol reports whether the records of s's input are partitioned by
+// the symbol its candles carry: a rollup's input (candles, keyed by symbol
+// or by window on the symbol's partition) always are; a candles stage's
+// when its source checks the record key (key_check).
 func keyedBySymbol(s *stageSpec) bool {
 	if s.Rollup {
 		return true

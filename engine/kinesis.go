@@ -279,7 +279,7 @@ func (k *kinesisStage) open(ctx context.Context, s kinesis.Shard) (string, error
 	sh := &shardState{id: s.ID, part: shardNumber(s.ID), lease: s.Lease, behind: true, listed: s.Listed}
 	cl, err := kgo.NewClient(k.e.kafkaOpts(k.e.clientID(),
 		kgo.TransactionalID(k.e.g.groupID(k.spec.Name)+"."+s.ID), kgo.TransactionTimeout(k.e.txnTimeout),
-		kgo.RecordPartitioner(changelogPartitioner(k.changelog)), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))...)
+		kgo.RecordPartitioner(outputPartitioner([]string{k.changelog}, windowTopics(k.spec))), kgo.ProducerLinger(0), kgo.WithLogger(kgoLogger(k.log)))...)
 	if err != nil {
 		return "", err
 	}

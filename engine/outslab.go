@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"bytes"
+	"strconv"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
@@ -59,11 +62,20 @@ func (o *outSlab) bytes(prefix []byte, b []byte) []byte {
 	return o.buf[start:len(o.buf):len(o.buf)]
 }
 
-// candle returns the record of c on topic: key c.Symbol, value c's JSON
-// (candle.AppendJSON), both in the current chunk.
-func (o *outSlab) candle(topic string, c *candle.Candle) *kgo.Record {
+// candle returns the record of c on topic: value c's JSON
+// (candle.AppendJSON), key c.Symbol, or with byWindow (a stage with a
+// revision horizon) the window key symbol@open_time (windowKey), both in
+// the current chunk.
+func (o *outSlab) candle(topic string, c *candle.Candle, byWindow bool) *kgo.Record {
 	o.reserve(len(c.Symbol)*2 + len(c.Timeframe)*2 + candleReserve)
-	key := o.bytes(nil, []byte(c.Symbol))
+	var key []byte
+	if byWindow {
+		start := len(o.buf)
+		o.buf = appendWindowKey(o.buf, c)
+		key = o.buf[start:len(o.buf):len(o.buf)]
+	} else {
+		key = o.bytes(nil, []byte(c.Symbol))
+	}
 	tail := o.buf[len(o.buf):cap(o.buf)]
 	v := c.AppendJSON(tail[:0])
 	if &v[0] == &tail[0] { // written in place: the chunk moves past it
@@ -72,4 +84,34 @@ func (o *outSlab) candle(topic string, c *candle.Candle) *kgo.Record {
 	r := o.record()
 	r.Topic, r.Key, r.Value = topic, key, v[:len(v):len(v)]
 	return r
+}
+
+// appendWindowKey appends the record key of c on the output topic of a
+// stage with a revision horizon: symbol@open_time, the open time in Unix
+// milliseconds. Every revision of a window has the same key, so a compacted
+// topic keeps the newest; the open time is only digits, so the last '@'
+// splits the key even when the symbol holds one (windowKeySymbol).
+func appendWindowKey(b []byte, c *candle.Candle) []byte {
+	b = append(append(b, c.Symbol...), '@')
+	return strconv.AppendInt(b, c.OpenTime, 10)
+}
+
+// windowKeySymbol returns the symbol part of a window key (appendWindowKey),
+// or key itself when it is not one (no '@' followed by digits only, with
+// an optional minus sign).
+func windowKeySymbol(key []byte) []byte {
+	i := bytes.LastIndexByte(key, '@')
+	digits := key[i+1:]
+	if len(digits) > 1 && digits[0] == '-' { // an open time before 1970
+		digits = digits[1:]
+	}
+	if i < 0 || len(digits) == 0 {
+		return key
+	}
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			return key
+		}
+	}
+	return key[:i]
 }

@@ -34,7 +34,7 @@ func TestOutSlabRecordsAreDistinct(t *testing.T) {
 	seen := map[any]bool{}
 	for i := range 3000 {
 		c := slabCandle(i, i%97 == 0)
-		r := o.candle("c.1m", &c)
+		r := o.candle("c.1m", &c, false)
 		if seen[r] {
 			t.Fatalf("record %d handed out twice", i)
 		}
@@ -64,7 +64,7 @@ func TestOutSlabRecordsAreDistinct(t *testing.T) {
 func TestOutSlabAllocations(t *testing.T) {
 	var o outSlab
 	c := slabCandle(42, false)
-	n := testing.AllocsPerRun(10000, func() { _ = o.candle("c.1m", &c) })
+	n := testing.AllocsPerRun(10000, func() { _ = o.candle("c.1m", &c, false) })
 	if n > 0.05 {
 		t.Errorf("%.3f allocations per candle, want at most 0.05 (one chunk per ~%d candles)", n, slabRecords)
 	}

@@ -438,12 +438,14 @@ func keysOf(m map[int32]kgo.Offset) []int32 {
 	return out
 }
 
-// TopicOutput writes replay results to the topology's own topics (candles by
-// symbol, dead letters to the dead-letter topic).
+// TopicOutput writes replay results to the topology's own topics (candles
+// keyed and partitioned as the live stages key them, dead letters to the
+// dead-letter topic).
 type TopicOutput struct {
-	cl  *kgo.Client
-	dlq string
-	err error
+	cl       *kgo.Client
+	dlq      string
+	byWindow map[string]bool // output topics whose candles are keyed symbol@open_time
+	err      error
 }
 
 // NewTopicOutput produces to brokers, with t's TLS and SASL settings. It
@@ -463,7 +465,16 @@ func NewTopicOutput(ctx context.Context, t *topology.Topology, brokers []string,
 	if timeout <= 0 {
 		timeout = DefaultReplayTimeout
 	}
-	cl, err := newClient(t, brokers, kgo.ProducerLinger(5*time.Millisecond), kgo.RecordDeliveryTimeout(timeout))
+	byWindow := map[string]bool{}
+	var windowed []string
+	for _, s := range g.stages {
+		if s.byWindow() && !byWindow[s.OutputTopic] {
+			byWindow[s.OutputTopic] = true
+			windowed = append(windowed, s.OutputTopic)
+		}
+	}
+	cl, err := newClient(t, brokers, kgo.ProducerLinger(5*time.Millisecond), kgo.RecordDeliveryTimeout(timeout),
+		kgo.RecordPartitioner(outputPartitioner(nil, windowed)))
 	if err != nil {
 		return nil, err
 	}
@@ -492,7 +503,7 @@ func NewTopicOutput(ctx context.Context, t *topology.Topology, brokers []string,
 	for _, w := range warnings {
 		log.Warn("replay output topic", "warning", w)
 	}
-	return &TopicOutput{cl: cl, dlq: g.deadLetterTopic()}, nil
+	return &TopicOutput{cl: cl, dlq: g.deadLetterTopic(), byWindow: byWindow}, nil
 }
 
 func (o *TopicOutput) promise(_ *kgo.Record, err error) {
@@ -501,9 +512,13 @@ func (o *TopicOutput) promise(_ *kgo.Record, err error) {
 	}
 }
 
-// Candle produces c to topic.
+// Candle produces c to topic, keyed as the live stage keys it.
 func (o *TopicOutput) Candle(_ string, topic string, c *candle.Candle) error {
-	o.cl.Produce(context.Background(), &kgo.Record{Topic: topic, Key: []byte(c.Symbol), Value: c.AppendJSON(nil)}, o.promise)
+	key := []byte(c.Symbol)
+	if o.byWindow[topic] {
+		key = appendWindowKey(nil, c)
+	}
+	o.cl.Produce(context.Background(), &kgo.Record{Topic: topic, Key: key, Value: c.AppendJSON(nil)}, o.promise)
 	return o.err
 }
 

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
 )
@@ -54,5 +56,57 @@ func TestRevisionMetrics(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(m.revisions); n != 3 {
 		t.Errorf("%d revision series, want 3: a stage without a horizon that emitted no revision gets none", n)
+	}
+}
+
+// TestWindowPartitionIsSymbols: on an output topic keyed by window, a
+// candle keyed symbol@open_time lands on the partition Kafka's default
+// partitioner (kgo.StickyKeyPartitioner, murmur2) gives the bare symbol,
+// for many symbols (some holding '@' or digits) and partition counts; a
+// quiet record (headers, bare symbol key) too; other topics are
+// partitioned by the whole key as before, changelogs by the record's own
+// partition.
+func TestWindowPartitionIsSymbols(t *testing.T) {
+	kafkaP := kgo.StickyKeyPartitioner(nil).ForTopic("x")
+	ours := outputPartitioner([]string{"cl"}, []string{"c.1m"})
+	win, plain, cl := ours.ForTopic("c.1m"), ours.ForTopic("c.5m"), ours.ForTopic("cl")
+	quietHdr := []kgo.RecordHeader{{Key: QuietHeader, Value: []byte(QuietKind)}}
+	symbols := []string{"", "A", "BTC", "BTC-USD", "ETH-USDT", "a@b", "x@1", "@", "12345", "sym@-"}
+	for i := range 500 {
+		symbols = append(symbols, fmt.Sprintf("S%d-%x", i, i*7919))
+	}
+	opens := []int64{0, 1, 1700000000000, 1767225600000, -60000}
+	for _, n := range []int{1, 2, 3, 4, 6, 7, 8, 12, 16, 31, 64, 100, 256} {
+		for _, sym := range symbols {
+			want := kafkaP.Partition(&kgo.Record{Key: []byte(sym)}, n)
+			for _, open := range opens {
+				c := candle.Candle{Symbol: sym, OpenTime: open}
+				key := appendWindowKey(nil, &c)
+				if got := string(windowKeySymbol(key)); got != sym {
+					t.Fatalf("windowKeySymbol(%q) = %q, want %q", key, got, sym)
+				}
+				if got := win.Partition(&kgo.Record{Key: key}, n); got != want {
+					t.Fatalf("%d partitions: window key %q on partition %d, symbol %q on %d", n, key, got, sym, want)
+				}
+				if got, w := plain.Partition(&kgo.Record{Key: key}, n), kafkaP.Partition(&kgo.Record{Key: key}, n); got != w {
+					t.Fatalf("%d partitions: key %q on a topic not keyed by window: partition %d, want %d", n, key, got, w)
+				}
+			}
+			if got := win.Partition(&kgo.Record{Key: []byte(sym), Headers: quietHdr}, n); got != want {
+				t.Fatalf("%d partitions: quiet record of %q on partition %d, want %d", n, sym, got, want)
+			}
+		}
+		if got := cl.Partition(&kgo.Record{Key: []byte("BTC"), Partition: int32(n - 1)}, n); got != n-1 {
+			t.Fatalf("changelog record set to partition %d went to %d", n-1, got)
+		}
+	}
+	// The slab writes the same key, in its chunk.
+	var o outSlab
+	c := candle.Candle{Symbol: "BTC@X", Timeframe: "1m", OpenTime: 1767225600000}
+	if r := o.candle("c.1m", &c, true); string(r.Key) != "BTC@X@1767225600000" {
+		t.Errorf("window key %q, want BTC@X@1767225600000", r.Key)
+	}
+	if r := o.candle("c.1m", &c, false); string(r.Key) != "BTC@X" {
+		t.Errorf("symbol key %q, want BTC@X", r.Key)
 	}
 }

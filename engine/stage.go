@@ -106,7 +106,7 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.RecordPartitioner(changelogPartitioner(s.changelog, e.fusedChangelogs(spec)...)),
+		kgo.RecordPartitioner(outputPartitioner(append([]string{s.changelog}, e.fusedChangelogs(spec)...), windowTopics(spec))),
 		kgo.SessionTimeout(e.sessionTimeout),
 		kgo.RebalanceTimeout(e.sessionTimeout + e.txnTimeout),
 		kgo.ProducerLinger(0),
@@ -168,16 +168,95 @@ func (s *liveStage) owns(p int32) bool {
 //
 // more are further changelogs (of the processors fused into a stage).
 func changelogPartitioner(changelog string, more ...string) kgo.Partitioner {
+	return outputPartitioner(append([]string{changelog}, more...), nil)
+}
+
+// outputPartitioner sends records of the topics in manual (changelogs) to
+// the partition set on the record, and everything else by key hash
+// (murmur2, like Kafka's default). On the topics in byWindow (the output
+// topics of stages with a revision horizon) a candle's key is
+// symbol@open_time (appendWindowKey) and only its symbol is hashed, so a
+// window key lands on the partition its bare symbol would: the partition
+// of the symbol's other windows, of its quiet records (keyed by the bare
+// symbol, told apart by their header) and of its trades, which fused
+// rollups rely on.
+func outputPartitioner(manual, byWindow []string) kgo.Partitioner {
 	byKey := kgo.StickyKeyPartitioner(nil)
-	manual := kgo.ManualPartitioner()
+	manualP := kgo.ManualPartitioner()
 	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
-		if topic == changelog || slices.Contains(more, topic) {
-			tp := manual.ForTopic(topic)
-			return tp.Partition
+		if slices.Contains(manual, topic) {
+			return manualP.ForTopic(topic).Partition
 		}
-		tp := byKey.ForTopic(topic)
-		return tp.Partition
+		if slices.Contains(byWindow, topic) {
+			return windowPartition
+		}
+		return byKey.ForTopic(topic).Partition
 	})
+}
+
+// windowPartition is the partition of a record on an output topic keyed by
+// window: Kafka's murmur2 partition of the key's symbol part for a candle,
+// of the whole key for a record with headers (a quiet record, keyed by the
+// bare symbol even when that symbol looks like a window key).
+func windowPartition(r *kgo.Record, n int) int {
+	key := r.Key
+	if len(r.Headers) == 0 {
+		key = windowKeySymbol(key)
+	}
+	return int(murmur2(key)&0x7fffffff) % n
+}
+
+// windowTopics lists the output topics of spec and the processors fused
+// into it whose candles are keyed by window (a revision horizon).
+func windowTopics(spec *stageSpec) []string {
+	var out []string
+	for _, s := range append([]*stageSpec{spec}, spec.chain()...) {
+		if s.byWindow() {
+			out = append(out, s.OutputTopic)
+		}
+	}
+	return out
+}
+
+// byWindow reports whether s keys its candle records by window
+// (symbol@open_time) rather than by symbol: when it has a revision horizon,
+// so a compacted output topic keeps the newest revision of every window.
+func (s *stageSpec) byWindow() bool { return s.ReviseWithin > 0 }
+
+// murmur2 is Kafka's default partitioner hash (the Java client's
+// Utils.murmur2, the one kgo.StickyKeyPartitioner(nil) uses; kgo does not
+// export it). TestWindowPartitionIsSymbols checks the two agree.
+func murmur2(b []byte) uint32 {
+	const (
+		seed uint32 = 0x9747b28c
+		m    uint32 = 0x5bd1e995
+		r           = 24
+	)
+	h := seed ^ uint32(len(b))
+	for len(b) >= 4 {
+		k := uint32(b[3])<<24 + uint32(b[2])<<16 + uint32(b[1])<<8 + uint32(b[0])
+		b = b[4:]
+		k *= m
+		k ^= k >> r
+		k *= m
+		h *= m
+		h ^= k
+	}
+	switch len(b) {
+	case 3:
+		h ^= uint32(b[2]) << 16
+		fallthrough
+	case 2:
+		h ^= uint32(b[1]) << 8
+		fallthrough
+	case 1:
+		h ^= uint32(b[0])
+		h *= m
+	}
+	h ^= h >> 13
+	h *= m
+	h ^= h >> 15
+	return h
 }
 
 // run processes until ctx ends, then commits what is open and leaves the group.

@@ -341,7 +341,7 @@ type emitter struct {
 func (em *emitter) emit(ctx context.Context, out *processors.Output, slab *outSlab, produce func(context.Context, *kgo.Record)) {
 	emitEvents(ctx, em.e.m, em.spec, out, produce)
 	for i := range out.Candles {
-		produce(ctx, slab.candle(em.spec.OutputTopic, &out.Candles[i]))
+		produce(ctx, slab.candle(em.spec.OutputTopic, &out.Candles[i], em.spec.byWindow()))
 	}
 	em.spec.quietRecords(out, func(r *kgo.Record) { produce(ctx, r) })
 	if n := len(out.Candles); n > 0 {
