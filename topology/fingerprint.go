@@ -128,9 +128,11 @@ func ReviseWhy(old, new string) string {
 	case old == "":
 		return "revisions on: windows that close from now on keep their trades in state for " + new +
 			"; a late trade, cancel or correction inside that horizon re-emits its window on the output topic with rev raised by one" +
-			" (and every rollup above re-emits the windows whose values change) instead of a late dead letter; trades older than it stay dead letters (late)"
+			" (and every rollup above re-emits the windows whose values change) instead of a late dead letter; trades older than it stay dead letters (late);" +
+			" candle records are keyed symbol@open_time from now on (same partitions; consumers that read the symbol from the record key must read it from the value)"
 	case new == "":
-		return "revisions off: the kept windows are dropped from state; late trades are dead-lettered (late) again and no candle is emitted with a rev above 0"
+		return "revisions off: the kept windows are dropped from state; late trades are dead-lettered (late) again and no candle is emitted with a rev above 0;" +
+			" candle records are keyed by the bare symbol again"
 	}
 	return "windows that close from now on keep their trades for " + new + " instead of " + old +
 		"; late trades inside it become revisions (rev raised by one), older ones dead letters (late)"
