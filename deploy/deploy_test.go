@@ -173,7 +173,7 @@ var (
 // add _bucket, _sum and _count).
 func engineMetrics(t *testing.T) (names []string, series map[string]string) {
 	t.Helper()
-	src := string(readFile(t, "../engine/metrics.go")) + string(readFile(t, "../engine/health.go"))
+	src := string(readFile(t, "../engine/metrics.go")) + string(readFile(t, "../engine/health.go")) + string(readFile(t, "../engine/revisions.go"))
 	re := regexp.MustCompile(`prometheus\.(Counter|Gauge|Histogram|Summary)Opts\{Name:\s*"([a-z_:][a-z0-9_:]*)"`)
 	series = map[string]string{}
 	for _, m := range re.FindAllStringSubmatch(src, -1) {

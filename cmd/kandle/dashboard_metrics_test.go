@@ -122,6 +122,8 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	h := newSXHarnessWith(t, func(top string) string {
 		top = strings.Replace(top, `metrics: ""`, "metrics: "+addr, 1)
+		// A revision horizon (the revisions panel), as the shipped topologies set.
+		top = strings.Replace(top, "1m: {kind: candles, from: trades, timeframe: 1m,", "1m: {kind: candles, from: trades, timeframe: 1m, revise_within: 1h,", 1)
 		// A silence processor too (the dashboard's events panel): quiet
 		// symbols' events, levels far beyond the test.
 		return strings.Replace(top, "\ndead_letter:", "\n  quiet: {kind: silence, from: trades, levels: [{name: quiet, after: 1h}], output: {topic: sx.quiet, partitions: 1}}\ndead_letter:", 1)
