@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,20 +40,6 @@ dead_letter: {topic: rev.dlq}
 // trade is dead-lettered, and a replay of the same input writes the same
 // candles, revisions included.
 func TestRevisionsLiveMetricsAndReplay(t *testing.T) {
-	seeds := devBroker(t)
-	top, err := topology.Parse("rev.yaml", fmt.Appendf(nil, revTopology, seeds[0]), topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx := context.Background()
-	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: 1}}); err != nil {
-		t.Fatal(err)
-	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	trade := func(id int, at time.Duration, price string) *kgo.Record {
 		v := fmt.Sprintf(`{"symbol":"BTC","ts":%d,"price":"%s","qty":"1","trade_id":%d}`, t0.Add(at).UnixMilli(), price, id)
@@ -67,25 +54,8 @@ func TestRevisionsLiveMetricsAndReplay(t *testing.T) {
 		trade(6, 30*time.Second, "90"),                // late again: a new low
 		trade(7, 5*time.Minute+10*time.Second, "104"), // 1m 00:00 rev 2, 5m 00:00 rev 1
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	eng, err := engine.New(top, engine.WithStateDir(t.TempDir()), engine.WithInstanceID("a"), engine.WithLogger(log),
-		engine.WithRegisterer(reg), engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("engine: %v", err)
-		}
-	}()
+	run := startRevisionRun(t, "rev", revTopology, 1, recs)
+	ctx, seeds, top, reg, log := context.Background(), run.seeds, run.top, run.reg, run.log
 	deadline := time.Now().Add(60 * time.Second)
 	for counter(t, reg, "kandle_revisions_total", "1m") < 2 || counter(t, reg, "kandle_revisions_total", "5m") < 1 {
 		if time.Now().After(deadline) {
@@ -180,23 +150,6 @@ dead_letter: {topic: rk.dlq}
 // the newest revision of every window; a replay to topics writes the same
 // keys, partitions and candles.
 func TestRevisionsLiveWindowKeys(t *testing.T) {
-	seeds := devBroker(t)
-	top, err := topology.Parse("revkey.yaml", fmt.Appendf(nil, revKeyTopology, seeds[0]), topology.Registry{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx := context.Background()
-	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: 4}}); err != nil {
-		t.Fatal(err)
-	}
-	if fused, err := engine.FusedInto(top); err != nil || fused["5m"] != "1m" {
-		t.Fatalf("fused chains %v (%v): want 5m fused into 1m (the symbol's partition is its trades')", fused, err)
-	}
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	symbols := []string{"BTC", "ETH", "SOL", "ADA", "XRP", "DOT", "a@b", "LTC"}
 	id := 0
@@ -222,29 +175,11 @@ func TestRevisionsLiveWindowKeys(t *testing.T) {
 			recs = append(recs, trade(sym, step.at, step.price))
 		}
 	}
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
+	run := startRevisionRun(t, "revkey", revKeyTopology, 4, recs)
+	ctx, seeds, top, log, stop := context.Background(), run.seeds, run.top, run.log, run.stop
+	if fused, err := engine.FusedInto(top); err != nil || fused["5m"] != "1m" {
+		t.Fatalf("fused chains %v (%v): want 5m fused into 1m (the symbol's partition is its trades')", fused, err)
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	eng, err := engine.New(top, engine.WithStateDir(t.TempDir()), engine.WithInstanceID("a"), engine.WithLogger(log),
-		engine.WithRegisterer(prometheus.NewRegistry()), engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- eng.Run(runCtx) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("engine: %v", err)
-			}
-		}
-	}
-	defer stop()
 
 	parts := map[string]int{"rk.1m": 4, "rk.5m": 3}
 	kafkaP := kgo.StickyKeyPartitioner(nil).ForTopic("x")
@@ -338,4 +273,59 @@ func TestRevisionsLiveWindowKeys(t *testing.T) {
 			t.Errorf("%s: replay differs from the live run:\nreplay:\n%s\nlive:\n%s", topic, got, want)
 		}
 	}
+}
+
+// revisionRun is a live engine run of a topology with a revision horizon,
+// on a dev broker of its own.
+type revisionRun struct {
+	seeds []string
+	top   *topology.Topology
+	reg   *prometheus.Registry
+	log   *slog.Logger
+	stop  func() // stops the engine and checks it ended cleanly; idempotent, also run at cleanup
+}
+
+// startRevisionRun starts a dev broker, parses topoFmt (its %s is the
+// broker) as name.yaml, produces recs to its trades topic of partitions
+// partitions and starts the engine on it.
+func startRevisionRun(t *testing.T, name, topoFmt string, partitions int32, recs []*kgo.Record) *revisionRun {
+	t.Helper()
+	seeds := devBroker(t)
+	top, err := topology.Parse(name+".yaml", fmt.Appendf(nil, topoFmt, seeds[0]), topology.Registry{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if _, err := kafka.EnsureTopics(ctx, cl, []kafka.TopicSpec{{Name: "trades", Partitions: partitions}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := &revisionRun{seeds: seeds, top: top, reg: prometheus.NewRegistry(),
+		log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	eng, err := engine.New(top, engine.WithStateDir(t.TempDir()), engine.WithInstanceID("a"), engine.WithLogger(r.log),
+		engine.WithRegisterer(r.reg), engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- eng.Run(runCtx) }()
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("engine: %v", err)
+			}
+		})
+	}
+	t.Cleanup(r.stop)
+	return r
 }
