@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -43,7 +44,7 @@ type advancer interface {
 // pass without input.
 func (p *Pipeline) AdvanceTo(t int64) error {
 	for _, s := range p.g.stages {
-		for _, part := range sortedParts(p.procs[s]) {
+		for _, part := range slices.Sorted(maps.Keys(p.procs[s])) {
 			pp := p.procs[s][part]
 			a, ok := pp.pr.(advancer)
 			if !ok {
@@ -58,15 +59,6 @@ func (p *Pipeline) AdvanceTo(t int64) error {
 		}
 	}
 	return nil
-}
-
-func sortedParts(m map[int32]*partProc) []int32 {
-	out := make([]int32, 0, len(m))
-	for p := range m {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // EventOutput is implemented by replay outputs that take events (kind

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -65,7 +67,7 @@ func readFingerprints(ctx context.Context, cl *kgo.Client, topic string) (map[st
 		return out, nil
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
-	defer cl.RemoveConsumePartitions(map[string][]int32{topic: keysOf(offsets)})
+	defer cl.RemoveConsumePartitions(map[string][]int32{topic: slices.Collect(maps.Keys(offsets))})
 	for len(left) > 0 {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {

@@ -3,7 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -223,12 +224,7 @@ func (h *health) status() Status {
 		fail("starting", h.starting)
 	}
 	now := h.now()
-	names := make([]string, 0, len(h.loops))
-	for n := range h.loops {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(h.loops)) {
 		l := h.loops[n]
 		if idle := now.Sub(l.beat); idle > h.stall {
 			st.Alive = false

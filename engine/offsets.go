@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -88,7 +90,7 @@ func Offsets(ctx context.Context, t *topology.Topology, brokers []string) ([]Gro
 		gofs.HoldingBack = holdingBack(gofs)
 		out = append(out, gofs)
 	}
-	for _, name := range sortedSinks(t) {
+	for _, name := range slices.Sorted(maps.Keys(t.Sinks)) {
 		var topics []string
 		for _, from := range t.Sinks[name].From {
 			if st, ok := g.byName[from]; ok {
@@ -204,15 +206,6 @@ func holdingBack(g GroupOffsets) string {
 		}
 	}
 	return best
-}
-
-func sortedSinks(t *topology.Topology) []string {
-	var n []string
-	for k := range t.Sinks {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return n
 }
 
 // OffsetReset is one partition's planned move.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -123,7 +124,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	}
 	var cl *kgo.Client // only when a source is a Kafka topic: a Kinesis-only replay to a file needs no broker
 	var adm *kadm.Client
-	if slices.ContainsFunc(sortedSources(t), func(name string) bool { return !t.Sources[name].IsKinesis() }) {
+	if slices.ContainsFunc(slices.Sorted(maps.Keys(t.Sources)), func(name string) bool { return !t.Sources[name].IsKinesis() }) {
 		cl, err = newClient(t, brokers, kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 			kgo.KeepControlRecords(), kgo.WithLogger(kgoLogger(log)))
 		if err != nil {
@@ -148,7 +149,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	only := map[string]bool{}
 	for _, name := range o.Processors {
 		if g.byName[name] == nil {
-			return Progress{}, fmt.Errorf("replay: topology %s has no processor %q (it has %s)", t.Name, name, strings.Join(sortedProcessors(t), ", "))
+			return Progress{}, fmt.Errorf("replay: topology %s has no processor %q (it has %s)", t.Name, name, strings.Join(slices.Sorted(maps.Keys(t.Processors)), ", "))
 		}
 		only[name] = true
 	}
@@ -187,7 +188,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 	}
 	var prog Progress
 	start := time.Now() // for progress only; results never depend on it
-	for _, srcName := range sortedSources(t) {
+	for _, srcName := range slices.Sorted(maps.Keys(t.Sources)) {
 		src := t.Sources[srcName]
 		if src.IsKinesis() {
 			n, kerr := replayKinesis(ctx, p, g, srcName, src, o)
@@ -318,7 +319,7 @@ func Replay(ctx context.Context, t *topology.Topology, brokers []string, o Repla
 				o.Progress(prog)
 			}
 		}
-		cl.RemoveConsumePartitions(map[string][]int32{src.Topic: keysOf(offsets)})
+		cl.RemoveConsumePartitions(map[string][]int32{src.Topic: slices.Collect(maps.Keys(offsets))})
 	}
 	prog.Elapsed, prog.Lag = time.Since(start), nil
 	if o.Progress != nil {
@@ -410,32 +411,6 @@ func defaultWarmup(g *graph) time.Duration {
 		w = max(w, d)
 	}
 	return w
-}
-
-func sortedProcessors(t *topology.Topology) []string {
-	n := make([]string, 0, len(t.Processors))
-	for k := range t.Processors {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return n
-}
-
-func sortedSources(t *topology.Topology) []string {
-	var n []string
-	for k := range t.Sources {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return n
-}
-
-func keysOf(m map[int32]kgo.Offset) []int32 {
-	var out []int32
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // TopicOutput writes replay results to the topology's own topics (candles

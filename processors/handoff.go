@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -68,12 +69,7 @@ func HandOver(r Resharder, parents []map[string][]byte, owns func(key string) bo
 			entries[k] = v
 		}
 	}
-	keys := make([]string, 0, len(parts))
-	for k := range parts {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(parts)) {
 		v, err := r.MergePartition([]byte(k), parts[k])
 		if err != nil {
 			return nil, nil, fmt.Errorf("merge partition entry %q: %w", k, err)

@@ -1,7 +1,8 @@
 package topology
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,12 +73,7 @@ func (t *Topology) processorNames() []string {
 	if len(t.order.processors) == len(t.Processors) {
 		return t.order.processors
 	}
-	names := make([]string, 0, len(t.Processors))
-	for n := range t.Processors {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(t.Processors))
 }
 
 // Location returns the zone of p's day, week and month boundaries (UTC when

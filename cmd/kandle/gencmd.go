@@ -4,7 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -95,13 +96,8 @@ func cmdGen(ctx context.Context, e *env, args []string) error {
 
 // describeSilences lists the fleet's silent devices: "dev-001 2024-01-03→2024-01-11, …".
 func describeSilences(f *gen.DeviceFleet) string {
-	ids := make([]string, 0, len(f.Silences))
-	for id := range f.Silences {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
 	var parts []string
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(f.Silences)) {
 		s := f.Silences[id]
 		back := "never back"
 		if !s[1].IsZero() {

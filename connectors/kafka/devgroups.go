@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -555,12 +556,7 @@ func later(a, b time.Time) time.Time {
 }
 
 func (g *devGroup) memberIDs() []string {
-	ids := make([]string, 0, len(g.members))
-	for id := range g.members {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(g.members))
 }
 
 // vote picks the protocol every member supports that most members prefer.

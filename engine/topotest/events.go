@@ -3,7 +3,8 @@ package topotest
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -95,11 +96,7 @@ func (w *wantEvent) String() string {
 
 // formatEvent renders an event in a stable order of its fields.
 func formatEvent(g *gotEvent) string {
-	keys := make([]string, 0, len(g.fields))
-	for k := range g.fields {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(g.fields))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = k + ": " + g.fields[k]

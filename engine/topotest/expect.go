@@ -3,6 +3,8 @@ package topotest
 import (
 	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -60,7 +62,7 @@ func parseWantCandle(n *yaml.Node) (wantCandle, error) {
 		k, v := n.Content[i], deref(n.Content[i+1])
 		bit, ok := candleFields[k.Value]
 		if !ok {
-			return w, errAt(k, "unknown candle field %q%s", k.Value, didYouMean(k.Value, mapKeys(candleFields)))
+			return w, errAt(k, "unknown candle field %q%s", k.Value, didYouMean(k.Value, slices.Sorted(maps.Keys(candleFields))))
 		}
 		if v.Kind != yaml.ScalarNode {
 			return w, errAt(v, "%s must be a single value", k.Value)

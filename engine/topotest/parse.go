@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -210,7 +211,7 @@ func (p *parser) inputs(c *Case, n *yaml.Node, s *Suite) error {
 		k, v := n.Content[i], deref(n.Content[i+1])
 		src := k.Value
 		if s.Topology.Sources[src] == nil {
-			return errAt(k, "no source %q in topology %s%s", src, s.Topology.File, didYouMean(src, mapKeys(s.Topology.Sources)))
+			return errAt(k, "no source %q in topology %s%s", src, s.Topology.File, didYouMean(src, slices.Sorted(maps.Keys(s.Topology.Sources))))
 		}
 		if next[src] == nil {
 			next[src] = map[int32]int64{}
@@ -318,7 +319,7 @@ func (p *parser) expects(c *Case, n *yaml.Node, s *Suite) error {
 					return err
 				}
 				if w.stage != "" && s.Topology.Processors[w.stage] == nil {
-					return errAt(e, "no processor %q in topology%s", w.stage, didYouMean(w.stage, mapKeys(s.Topology.Processors)))
+					return errAt(e, "no processor %q in topology%s", w.stage, didYouMean(w.stage, slices.Sorted(maps.Keys(s.Topology.Processors))))
 				}
 				c.dls = append(c.dls, w)
 			}
@@ -326,7 +327,7 @@ func (p *parser) expects(c *Case, n *yaml.Node, s *Suite) error {
 		}
 		if s.Topology.Processors[k.Value] == nil {
 			return errAt(k, "no processor %q in topology %s%s (or use dead_letters)", k.Value, s.Topology.File,
-				didYouMean(k.Value, append(mapKeys(s.Topology.Processors), deadLettersKey)))
+				didYouMean(k.Value, append(slices.Sorted(maps.Keys(s.Topology.Processors)), deadLettersKey)))
 		}
 		if _, dup := c.candles[k.Value]; dup {
 			return errAt(k, "processor %q is listed twice", k.Value)
@@ -398,14 +399,5 @@ func wholeNumber(v *yaml.Node, limit int64) (int64, error) {
 }
 
 func didYouMean(word string, candidates []string) string { return spec.DidYouMean(word, candidates) }
-
-func mapKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
 
 func joinComma(s []string) string { return strings.Join(s, ", ") }

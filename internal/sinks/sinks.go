@@ -9,7 +9,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,13 +70,8 @@ func Registry() topology.Registry {
 func Build(ctx context.Context, logger *slog.Logger, t *topology.Topology, reg prometheus.Registerer,
 	waiting func(sink string, err error)) ([]engine.Option, error) {
 	var opts []engine.Option
-	names := make([]string, 0, len(t.Sinks))
-	for name := range t.Sinks {
-		names = append(names, name)
-	}
-	sort.Strings(names)
 	policy := sinkkit.Backoff{Min: 500 * time.Millisecond, Max: sinkkit.DefaultMax}
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(t.Sinks)) {
 		for attempt := 0; ; attempt++ {
 			undo := &undoRegisterer{Registerer: reg}
 			o, err := build(ctx, logger, t, name, undo)
