@@ -41,7 +41,7 @@ import (
 type hotAdapter struct{ s *dynamodb.Sink }
 
 func (h hotAdapter) Page(ctx context.Context, symbol string, tf candle.Timeframe, from, to int64, limit int, newestFirst bool) ([]candle.Candle, error) {
-	return h.s.Page(ctx, symbol, tf.String(), from, to, limit, newestFirst)
+	return h.s.Reader().Page(ctx, symbol, tf.String(), from, to, limit, newestFirst)
 }
 
 type coldAdapter struct{ r *s3parquet.Reader }

@@ -288,7 +288,7 @@ func (s *clusterSinks) problems(rd []storeReaders, exp map[sinkWindow]candle.Can
 	var probs []string
 	for k, sp := range span {
 		r := rd[k.set]
-		cs, err := r.ddb.Range(ctx, k.sym, k.tf, sp[0], sp[1]+1)
+		cs, err := r.ddb.Reader().Range(ctx, k.sym, k.tf, sp[0], sp[1]+1)
 		probs = append(probs, compareStore("dynamodb", k, exp, cs, err)...)
 		tf, err := candle.ParseTimeframe(k.tf, nil)
 		if err != nil {

@@ -99,7 +99,7 @@ func cmdQuery(ctx context.Context, e *env, args []string) (err error) {
 	if !ok {
 		return fmt.Errorf("sink %q is a %s sink; kandle query reads dynamodb sinks", name, sk.Kind)
 	}
-	s, err := dynamodb.New(ctx, *cfg, dynamodb.WithLogger(e.log))
+	s, err := dynamodb.NewReader(ctx, *cfg, dynamodb.WithLogger(e.log))
 	if err != nil {
 		return fmt.Errorf("sink %s: %w", name, err)
 	}

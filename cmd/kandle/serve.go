@@ -125,7 +125,7 @@ func serveOptions(ctx context.Context, e *env, t *topology.Topology, reg prometh
 		}
 	}
 	if c.Hot != "" {
-		s, err := dynamodb.New(ctx, *t.Sinks[c.Hot].Config.(*dynamodb.Config), dynamodb.WithLogger(e.log))
+		s, err := dynamodb.NewReader(ctx, *t.Sinks[c.Hot].Config.(*dynamodb.Config), dynamodb.WithLogger(e.log))
 		if err != nil {
 			return fail(fmt.Errorf("serve.hot %s: %w", c.Hot, err))
 		}
@@ -169,12 +169,12 @@ func openDeviceStore(ctx context.Context, e *env, t *topology.Topology, d topolo
 	var ds deviceStore
 	for _, role := range []struct {
 		key, name string
-		dst       **dynamodb.Sink
+		dst       **dynamodb.Reader
 	}{{"readings", d.Readings, &ds.readings}, {"latest", d.Latest, &ds.latest}, {"status", d.Status, &ds.status}, {"history", d.History, &ds.history}} {
 		if role.name == "" {
 			continue
 		}
-		s, err := dynamodb.New(ctx, *t.Sinks[role.name].Config.(*dynamodb.Config), dynamodb.WithLogger(e.log))
+		s, err := dynamodb.NewReader(ctx, *t.Sinks[role.name].Config.(*dynamodb.Config), dynamodb.WithLogger(e.log))
 		if err != nil {
 			return deviceStore{}, fmt.Errorf("serve.devices.%s %s: %w", role.key, role.name, err)
 		}
@@ -189,7 +189,7 @@ func openDeviceStore(ctx context.Context, e *env, t *topology.Topology, d topolo
 
 // deviceStore adapts the dynamodb sinks of a fleet to serve.Devices.
 type deviceStore struct {
-	readings, latest, status, history *dynamodb.Sink
+	readings, latest, status, history *dynamodb.Reader
 	statusIndex                       string
 }
 
@@ -241,7 +241,7 @@ func (d deviceStore) Silences(ctx context.Context, device string, limit int, pag
 }
 
 // itemsJSON renders event items without their storage keys.
-func itemsJSON(s *dynamodb.Sink, items []map[string]types.AttributeValue) []json.RawMessage {
+func itemsJSON(s *dynamodb.Reader, items []map[string]types.AttributeValue) []json.RawMessage {
 	out := make([]json.RawMessage, len(items))
 	for i, it := range items {
 		out[i] = dynamodb.ItemJSON(nil, it, s.KeyAttributes()...)
@@ -264,7 +264,7 @@ func onlySink(t *topology.Topology, kind string) string {
 }
 
 // hotStore adapts the dynamodb sink's reads to serve.History.
-type hotStore struct{ s *dynamodb.Sink }
+type hotStore struct{ s *dynamodb.Reader }
 
 func (h hotStore) Page(ctx context.Context, symbol string, tf candle.Timeframe, from, to int64, limit int, newestFirst bool) ([]candle.Candle, error) {
 	return h.s.Page(ctx, symbol, tf.String(), from, to, limit, newestFirst)

@@ -500,7 +500,7 @@ func (h *sxHarness) dynamoCandles(want map[string]candle.Candle) (map[string]can
 	defer cancel()
 	got := map[string]candle.Candle{}
 	for s2 := range series {
-		cs, err := s.Range(ctx, s2[0], s2[1], 0, math.MaxInt64)
+		cs, err := s.Reader().Range(ctx, s2[0], s2[1], 0, math.MaxInt64)
 		if err != nil {
 			return nil, err
 		}

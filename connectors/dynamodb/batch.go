@@ -18,12 +18,12 @@ import (
 
 // do runs one request, retrying throttling and transient errors with
 // jittered exponential backoff until ctx ends. Other errors are returned.
-func (s *Sink) do(ctx context.Context, op string, fn func(context.Context) error) error {
-	table := s.cfg.Table.Name
+func (t *table) do(ctx context.Context, op string, fn func(context.Context) error) error {
+	table := t.cfg.Table.Name
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		err := fn(ctx)
-		s.m.latency.WithLabelValues(table, op).Observe(time.Since(start).Seconds())
+		t.m.latency.WithLabelValues(table, op).Observe(time.Since(start).Seconds())
 		if err == nil {
 			return nil
 		}
@@ -31,14 +31,14 @@ func (s *Sink) do(ctx context.Context, op string, fn func(context.Context) error
 			return fmt.Errorf("dynamodb %s on table %s: %w", op, table, ctx.Err())
 		}
 		class := classify(err)
-		s.m.errors.WithLabelValues(table, class.String()).Inc()
+		t.m.errors.WithLabelValues(table, class.String()).Inc()
 		if class != classTransient && class != classThrottled {
 			return err
 		}
-		s.m.retries.WithLabelValues(table, class.String()).Inc()
-		d := sinkkit.Backoff{Min: time.Duration(s.cfg.RetryBase), Max: time.Duration(s.cfg.RetryMax)}.Delay(attempt)
+		t.m.retries.WithLabelValues(table, class.String()).Inc()
+		d := sinkkit.Backoff{Min: time.Duration(t.cfg.RetryBase), Max: time.Duration(t.cfg.RetryMax)}.Delay(attempt)
 		if attempt%10 == 0 {
-			s.log.Warn("dynamodb request failed; retrying until it succeeds or the stage stops",
+			t.log.Warn("dynamodb request failed; retrying until it succeeds or the stage stops",
 				"op", op, "class", class.String(), "attempt", attempt+1, "backoff", d, "err", err)
 		}
 		if err := sinkkit.Sleep(ctx, d); err != nil {
@@ -50,7 +50,7 @@ func (s *Sink) do(ctx context.Context, op string, fn func(context.Context) error
 // flushLocked dedupes the buffer (the highest rev of a key wins, then the
 // last write), writes candles with conditional PutItems (putCandles) and
 // everything else in BatchWriteItem batches of 25 with at most MaxInFlight
-// requests in flight, and keeps whatever could not be sent buffered. s.mu
+// requests in flight, and keeps whatever could not be sent buffered. t.mu
 // must be held.
 func (s *Sink) flushLocked(ctx context.Context) error {
 	if len(s.buf) == 0 {

@@ -38,9 +38,9 @@ var ErrBadPageToken = errors.New("not a page token of this read")
 // sort key without time placeholders such as "latest", no {shard}), else
 // one Query per write shard (newest first, Limit 1). ok is false when the
 // key has none.
-func (s *Sink) LatestReading(ctx context.Context, key string) (tr candle.Trade, ok bool, err error) {
-	if s.cfg.Shards == 0 && !s.sk.usesTime() {
-		items, err := s.GetItems(ctx, []string{key}, true)
+func (r *Reader) LatestReading(ctx context.Context, key string) (tr candle.Trade, ok bool, err error) {
+	if r.cfg.Shards == 0 && !r.sk.usesTime() {
+		items, err := r.GetItems(ctx, []string{key}, true)
 		if err != nil {
 			return candle.Trade{}, false, err
 		}
@@ -54,14 +54,14 @@ func (s *Sink) LatestReading(ctx context.Context, key string) (tr candle.Trade, 
 		}
 		return tr, true, nil
 	}
-	pks, err := s.partitions(key, "")
+	pks, err := r.partitions(key, "")
 	if err != nil {
 		return candle.Trade{}, false, err
 	}
 	for _, pk := range pks {
-		in := s.keyCond(pk, nil)
+		in := r.keyCond(pk, nil)
 		in.ConsistentRead = aws.Bool(true)
-		items, err := s.query(ctx, in, false, 1)
+		items, err := r.query(ctx, in, false, 1)
 		if err != nil {
 			return candle.Trade{}, false, err
 		}
@@ -81,11 +81,11 @@ func (s *Sink) LatestReading(ctx context.Context, key string) (tr candle.Trade, 
 // ReadingsPage returns up to limit readings of key with ts in [from, to),
 // oldest first (sort key order), merged over the write shards, and the
 // token of the next page. Each page reads at most limit items per shard.
-func (s *Sink) ReadingsPage(ctx context.Context, key string, from, to int64, limit int, token string) ([]candle.Trade, string, error) {
+func (r *Reader) ReadingsPage(ctx context.Context, key string, from, to int64, limit int, token string) ([]candle.Trade, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("dynamodb ReadingsPage: limit must be positive")
 	}
-	pks, err := s.partitions(key, "")
+	pks, err := r.partitions(key, "")
 	if err != nil {
 		return nil, "", err
 	}
@@ -101,13 +101,13 @@ func (s *Sink) ReadingsPage(ctx context.Context, key string, from, to int64, lim
 			return nil, "", ErrBadPageToken
 		}
 		for _, p := range t.Pos {
-			if p != "" && !s.validSK(p) {
+			if p != "" && !r.validSK(p) {
 				return nil, "", ErrBadPageToken
 			}
 		}
 		pos, done = t.Pos, t.Done
 	}
-	numeric := s.cfg.Table.SKType == "N"
+	numeric := r.cfg.Table.SKType == "N"
 	less := func(a, b string) bool {
 		if numeric {
 			x, _ := strconv.ParseInt(a, 10, 64)
@@ -127,17 +127,17 @@ func (s *Sink) ReadingsPage(ctx context.Context, key string, from, to int64, lim
 		if done[i] {
 			continue
 		}
-		in, ok := s.rangeCond(pk, pos[i], from, to)
+		in, ok := r.rangeCond(pk, pos[i], from, to)
 		if !ok {
 			done[i] = true
 			continue
 		}
-		items, err := s.query(ctx, in, true, int32(limit+1)) // +1: a string lower bound repeats the last one
+		items, err := r.query(ctx, in, true, int32(limit+1)) // +1: a string lower bound repeats the last one
 		if err != nil {
 			return nil, "", err
 		}
 		for _, it := range items {
-			sk := attrString(it[s.cfg.Table.SKAttribute])
+			sk := attrString(it[r.cfg.Table.SKAttribute])
 			if sk == pos[i] {
 				continue // the last one returned (a string lower bound is inclusive)
 			}
@@ -181,15 +181,15 @@ func (s *Sink) ReadingsPage(ctx context.Context, key string, from, to int64, lim
 // rangeCond is the key condition for the sort keys of partition pk after
 // the sort key last ("" from the start) and of times before to; ok is
 // false when no sort key is left.
-func (s *Sink) rangeCond(pk, last string, from, to int64) (*dynamodb.QueryInput, bool) {
+func (t *table) rangeCond(pk, last string, from, to int64) (*dynamodb.QueryInput, bool) {
 	if to <= from {
 		return nil, false
 	}
-	in := s.keyCond(pk, &[2]int64{from, to})
+	in := t.keyCond(pk, &[2]int64{from, to})
 	if last == "" {
 		return in, true
 	}
-	if s.cfg.Table.SKType == "N" {
+	if t.cfg.Table.SKType == "N" {
 		n, _ := strconv.ParseInt(last, 10, 64)
 		if max(n+1, from) > to-1 {
 			return nil, false
@@ -209,11 +209,11 @@ func (s *Sink) rangeCond(pk, last string, from, to int64) (*dynamodb.QueryInput,
 }
 
 // validSK reports whether v can be a sort key of the table.
-func (s *Sink) validSK(v string) bool {
+func (t *table) validSK(v string) bool {
 	if len(v) > maxSKBytes {
 		return false
 	}
-	if s.cfg.Table.SKType == "N" {
+	if t.cfg.Table.SKType == "N" {
 		_, err := strconv.ParseInt(v, 10, 64)
 		return err == nil
 	}
@@ -224,52 +224,52 @@ func (s *Sink) validSK(v string) bool {
 // from fields (e.g. {"device": "d1"} for a pk "DEVICE#{device}"), in sort
 // key order, and the next page's token: the silence history of a device
 // kept by an events sink keyed by device.
-func (s *Sink) EventsPage(ctx context.Context, fields map[string]string, limit int, token string) ([]map[string]types.AttributeValue, string, error) {
+func (r *Reader) EventsPage(ctx context.Context, fields map[string]string, limit int, token string) ([]map[string]types.AttributeValue, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("dynamodb EventsPage: limit must be positive")
 	}
-	for _, p := range s.pk.parts {
+	for _, p := range r.pk.parts {
 		if p.ph != phLiteral && p.ph != phField {
-			return nil, "", fmt.Errorf("table %s: pk %q must render from event fields alone to read one device's events", s.cfg.Table.Name, s.pk.src)
+			return nil, "", fmt.Errorf("table %s: pk %q must render from event fields alone to read one device's events", r.cfg.Table.Name, r.pk.src)
 		}
 		if p.ph == phField && fields[p.lit] == "" {
-			return nil, "", fmt.Errorf("table %s: pk %q needs the field %q to read a partition", s.cfg.Table.Name, s.pk.src, p.lit)
+			return nil, "", fmt.Errorf("table %s: pk %q needs the field %q to read a partition", r.cfg.Table.Name, r.pk.src, p.lit)
 		}
 	}
-	pk := s.pk.render(&vars{fields: fields})
-	in := &dynamodb.QueryInput{TableName: aws.String(s.cfg.Table.Name),
+	pk := r.pk.render(&vars{fields: fields})
+	in := &dynamodb.QueryInput{TableName: aws.String(r.cfg.Table.Name),
 		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": s.cfg.Table.PKAttribute},
+		ExpressionAttributeNames:  map[string]string{"#pk": r.cfg.Table.PKAttribute},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": strAttr(pk)}}
 	if token != "" {
 		var last string
-		if decodeToken(token, &last) != nil || !s.validSK(last) {
+		if decodeToken(token, &last) != nil || !r.validSK(last) {
 			return nil, "", ErrBadPageToken
 		}
-		in.ExclusiveStartKey = map[string]types.AttributeValue{s.cfg.Table.PKAttribute: strAttr(pk), s.cfg.Table.SKAttribute: s.skAttr(last)}
+		in.ExclusiveStartKey = map[string]types.AttributeValue{r.cfg.Table.PKAttribute: strAttr(pk), r.cfg.Table.SKAttribute: r.skAttr(last)}
 	}
-	items, lastKey, err := s.queryPage(ctx, in, limit)
+	items, lastKey, err := r.queryPage(ctx, in, limit)
 	if err != nil {
 		return nil, "", err
 	}
 	if lastKey == nil {
 		return items, "", nil
 	}
-	return items, encodeToken(attrString(lastKey[s.cfg.Table.SKAttribute])), nil
+	return items, encodeToken(attrString(lastKey[r.cfg.Table.SKAttribute])), nil
 }
 
 // IndexPage returns up to limit items of the declared GSI index whose key
 // is value (e.g. every device at one silence level), and the next page's
 // token. GSIs are eventually consistent.
-func (s *Sink) IndexPage(ctx context.Context, index, value string, limit int, token string) ([]map[string]types.AttributeValue, string, error) {
+func (r *Reader) IndexPage(ctx context.Context, index, value string, limit int, token string) ([]map[string]types.AttributeValue, string, error) {
 	if limit <= 0 {
 		return nil, "", errors.New("dynamodb IndexPage: limit must be positive")
 	}
-	spec, ok := s.cfg.Table.GSIs[index]
+	spec, ok := r.cfg.Table.GSIs[index]
 	if !ok {
-		return nil, "", fmt.Errorf("table %s declares no global secondary index %q (table.gsis)", s.cfg.Table.Name, index)
+		return nil, "", fmt.Errorf("table %s declares no global secondary index %q (table.gsis)", r.cfg.Table.Name, index)
 	}
-	t := s.cfg.Table
+	t := r.cfg.Table
 	typed := func(typ, v string) (types.AttributeValue, bool) {
 		if typ == "N" {
 			if !plainNumber.MatchString(v) || len(strings.Trim(v, "-.0")) > 38 {
@@ -310,7 +310,7 @@ func (s *Sink) IndexPage(ctx context.Context, index, value string, limit int, to
 			in.ExclusiveStartKey[name] = av
 		}
 	}
-	items, lastKey, err := s.queryPage(ctx, in, limit)
+	items, lastKey, err := r.queryPage(ctx, in, limit)
 	if err != nil {
 		return nil, "", err
 	}
@@ -327,20 +327,20 @@ func (s *Sink) IndexPage(ctx context.Context, index, value string, limit int, to
 // queryPage runs in for up to limit items (all when limit <= 0), following
 // LastEvaluatedKey and retrying transient errors; it returns the key of the
 // last item when more may follow (nil at the end).
-func (s *Sink) queryPage(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
+func (t *table) queryPage(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
 	if limit > 0 {
 		in.Limit = aws.Int32(int32(limit))
 	}
 	var items []map[string]types.AttributeValue
 	for {
 		var out *dynamodb.QueryOutput
-		err := s.do(ctx, "Query", func(ctx context.Context) error {
+		err := t.do(ctx, "Query", func(ctx context.Context) error {
 			var err error
-			out, err = s.client.Query(ctx, in)
+			out, err = t.client.Query(ctx, in)
 			return err
 		})
 		if err != nil {
-			return nil, nil, fmt.Errorf("dynamodb Query on table %s: %w", s.cfg.Table.Name, err)
+			return nil, nil, fmt.Errorf("dynamodb Query on table %s: %w", t.cfg.Table.Name, err)
 		}
 		items = append(items, out.Items...)
 		if len(out.LastEvaluatedKey) == 0 {
@@ -405,10 +405,10 @@ func ItemJSON(b []byte, it map[string]types.AttributeValue, skip ...string) []by
 
 // KeyAttributes names the table's pk, sk and TTL attributes (storage
 // details a reader usually leaves out of what it shows).
-func (s *Sink) KeyAttributes() []string {
-	t := s.cfg.Table
+func (r *Reader) KeyAttributes() []string {
+	t := r.cfg.Table
 	return []string{t.PKAttribute, t.SKAttribute, t.TTLAttribute}
 }
 
 // HasIndex reports whether the table declares the GSI name.
-func (s *Sink) HasIndex(name string) bool { _, ok := s.cfg.Table.GSIs[name]; return ok }
+func (r *Reader) HasIndex(name string) bool { _, ok := r.cfg.Table.GSIs[name]; return ok }

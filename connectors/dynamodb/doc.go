@@ -46,6 +46,10 @@
 //   - Apply provisions tables, GSIs, LSIs and TTL idempotently and returns a
 //     Plan that doubles as the --dry-run output. Emulators without
 //     UpdateTimeToLive (dynalite) get a warning, not a failure.
+//   - Reads live on a Reader (NewReader, or Sink.Reader for a sink's own
+//     table), beside the Sink that writes: both render keys from the same
+//     templates and share one retry loop, and a process that only reads
+//     (kandle serve, kandle query) holds no write buffer.
 //   - Queries for candle history (Latest, Range, LatestMany) use Query rather
 //     than BatchGetItem, because "latest" has no exact key to ask for;
 //     ReadSharded merges write-sharded partitions back into one ordered stream.

@@ -92,7 +92,7 @@ func TestExactDecimalsReadBack(t *testing.T) {
 				t.Fatalf("%s %s: stored %q, want %s", w.Timeframe, attr, s.Value, v.FloatString(36))
 			}
 		}
-		got, err := h.sink.Range(ctx, w.Symbol, w.Timeframe, w.OpenTime, w.CloseTime)
+		got, err := h.sink.Reader().Range(ctx, w.Symbol, w.Timeframe, w.OpenTime, w.CloseTime)
 		if err != nil || len(got) != 1 || !got[0].Equal(&w) {
 			t.Fatalf("Range (kandle query) = %+v, %v; want %+v", got, err, w)
 		}

@@ -29,20 +29,20 @@ type batchGetter interface {
 // the pk template; the sk template must render without time placeholders.
 // consistent asks for strongly consistent reads. Keys without an item are
 // absent from the result.
-func (s *Sink) GetItems(ctx context.Context, keys []string, consistent bool) (map[string]map[string]types.AttributeValue, error) {
-	bg, ok := s.client.(batchGetter)
+func (r *Reader) GetItems(ctx context.Context, keys []string, consistent bool) (map[string]map[string]types.AttributeValue, error) {
+	bg, ok := r.client.(batchGetter)
 	if !ok {
 		return nil, errors.New("dynamodb: the client cannot BatchGetItem")
 	}
-	if s.cfg.Shards > 0 || s.sk.usesTime() {
-		return nil, fmt.Errorf("table %s: items can be fetched by key only when pk and sk render from the key alone (no {shard}, no time placeholders in %q / %q)", s.cfg.Table.Name, s.cfg.PK, s.cfg.SK)
+	if r.cfg.Shards > 0 || r.sk.usesTime() {
+		return nil, fmt.Errorf("table %s: items can be fetched by key only when pk and sk render from the key alone (no {shard}, no time placeholders in %q / %q)", r.cfg.Table.Name, r.cfg.PK, r.cfg.SK)
 	}
-	t := s.cfg.Table
+	t := r.cfg.Table
 	byPK := map[string]string{} // rendered pk+sk → key
 	var reqKeys []map[string]types.AttributeValue
 	for _, k := range keys {
 		v := vars{symbol: k}
-		pk, sk, err := s.keyAttrs(&v)
+		pk, sk, err := r.keyAttrs(&v)
 		if err != nil {
 			return nil, fmt.Errorf("key %q: %w", k, err)
 		}
@@ -50,22 +50,22 @@ func (s *Sink) GetItems(ctx context.Context, keys []string, consistent bool) (ma
 			continue
 		}
 		byPK[pk+"\x00"+sk] = k
-		reqKeys = append(reqKeys, map[string]types.AttributeValue{t.PKAttribute: strAttr(pk), t.SKAttribute: s.skAttr(sk)})
+		reqKeys = append(reqKeys, map[string]types.AttributeValue{t.PKAttribute: strAttr(pk), t.SKAttribute: r.skAttr(sk)})
 	}
 	out := map[string]map[string]types.AttributeValue{}
 	for i := 0; i < len(reqKeys); i += batchGetMax {
 		pending := reqKeys[i:min(i+batchGetMax, len(reqKeys))]
 		for attempt := 0; len(pending) > 0; attempt++ {
 			if attempt > 0 {
-				s.m.retries.WithLabelValues(t.Name, "unprocessed").Inc()
-				if err := sinkkit.Sleep(ctx, sinkkit.Backoff{Min: time.Duration(s.cfg.RetryBase), Max: time.Duration(s.cfg.RetryMax)}.Delay(attempt-1)); err != nil {
+				r.m.retries.WithLabelValues(t.Name, "unprocessed").Inc()
+				if err := sinkkit.Sleep(ctx, sinkkit.Backoff{Min: time.Duration(r.cfg.RetryBase), Max: time.Duration(r.cfg.RetryMax)}.Delay(attempt-1)); err != nil {
 					return nil, fmt.Errorf("dynamodb BatchGetItem on table %s: %d keys unprocessed: %w", t.Name, len(pending), err)
 				}
 			}
 			in := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
 				t.Name: {Keys: pending, ConsistentRead: aws.Bool(consistent)}}}
 			var res *dynamodb.BatchGetItemOutput
-			err := s.do(ctx, "BatchGetItem", func(ctx context.Context) error {
+			err := r.do(ctx, "BatchGetItem", func(ctx context.Context) error {
 				var err error
 				res, err = bg.BatchGetItem(ctx, in)
 				return err
@@ -89,20 +89,20 @@ func (s *Sink) GetItems(ctx context.Context, keys []string, consistent bool) (ma
 // index on the events' level attribute. GSIs are eventually consistent:
 // DynamoDB refuses strongly consistent reads on them, so there is no such
 // option here.
-func (s *Sink) QueryIndex(ctx context.Context, index, value string, limit int32) ([]map[string]types.AttributeValue, error) {
-	spec, ok := s.cfg.Table.GSIs[index]
+func (r *Reader) QueryIndex(ctx context.Context, index, value string, limit int32) ([]map[string]types.AttributeValue, error) {
+	spec, ok := r.cfg.Table.GSIs[index]
 	if !ok {
-		return nil, fmt.Errorf("table %s declares no global secondary index %q (table.gsis)", s.cfg.Table.Name, index)
+		return nil, fmt.Errorf("table %s declares no global secondary index %q (table.gsis)", r.cfg.Table.Name, index)
 	}
 	var v types.AttributeValue = strAttr(value)
 	if spec.PKType == "N" {
 		v = &types.AttributeValueMemberN{Value: value}
 	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.cfg.Table.Name), IndexName: aws.String(index),
+	in := &dynamodb.QueryInput{TableName: aws.String(r.cfg.Table.Name), IndexName: aws.String(index),
 		KeyConditionExpression:    aws.String("#k = :v"),
 		ExpressionAttributeNames:  map[string]string{"#k": spec.PK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":v": v}}
-	return s.query(ctx, in, true, limit)
+	return r.query(ctx, in, true, limit)
 }
 
 // usesTime reports whether t renders a time (so one key has many items).

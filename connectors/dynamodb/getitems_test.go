@@ -75,7 +75,7 @@ func TestLatestReadingsOfManyDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := h.sink.GetItems(ctx, append(keys, "dev-none"), true)
+	got, err := h.sink.Reader().GetItems(ctx, append(keys, "dev-none"), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestQueryIndexByLevel(t *testing.T) {
 	if err := h.sink.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	items, err := h.sink.QueryIndex(ctx, "by_level", "alert1", 0)
+	items, err := h.sink.Reader().QueryIndex(ctx, "by_level", "alert1", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestQueryIndexByLevel(t *testing.T) {
 			t.Fatalf("index returned %v", it)
 		}
 	}
-	if _, err := h.sink.QueryIndex(ctx, "by_owner", "o1", 0); err == nil {
+	if _, err := h.sink.Reader().QueryIndex(ctx, "by_owner", "o1", 0); err == nil {
 		t.Fatal("an undeclared index was queried")
 	}
 }

@@ -79,12 +79,12 @@ func decAttr(d decimal.Decimal) types.AttributeValue { return strAttr(d.String()
 func sumAttr(s decimal.Sum) types.AttributeValue { return strAttr(s.String()) }
 
 // keyAttrs renders pk and sk for v and checks their lengths.
-func (s *Sink) keyAttrs(v *vars) (pk, sk string, err error) {
-	sk = s.sk.render(v)
-	if s.cfg.Shards > 0 {
-		v.shard = shardOf(sk, s.cfg.Shards)
+func (t *table) keyAttrs(v *vars) (pk, sk string, err error) {
+	sk = t.sk.render(v)
+	if t.cfg.Shards > 0 {
+		v.shard = shardOf(sk, t.cfg.Shards)
 	}
-	pk = s.pk.render(v)
+	pk = t.pk.render(v)
 	if pk == "" || sk == "" {
 		return "", "", fmt.Errorf("key renders empty (pk %q, sk %q): a placeholder had no value", pk, sk)
 	}
@@ -94,8 +94,8 @@ func (s *Sink) keyAttrs(v *vars) (pk, sk string, err error) {
 	return pk, sk, nil
 }
 
-func (s *Sink) skAttr(sk string) types.AttributeValue {
-	if s.cfg.Table.SKType == "N" {
+func (t *table) skAttr(sk string) types.AttributeValue {
+	if t.cfg.Table.SKType == "N" {
 		return &types.AttributeValueMemberN{Value: sk}
 	}
 	return strAttr(sk)
@@ -218,8 +218,8 @@ func itemSize(item map[string]types.AttributeValue) int {
 }
 
 // itemKey returns the dedupe key of an item (from UnprocessedItems).
-func (s *Sink) itemKey(item map[string]types.AttributeValue) string {
-	return attrString(item[s.cfg.Table.PKAttribute]) + "\x00" + attrString(item[s.cfg.Table.SKAttribute])
+func (t *table) itemKey(item map[string]types.AttributeValue) string {
+	return attrString(item[t.cfg.Table.PKAttribute]) + "\x00" + attrString(item[t.cfg.Table.SKAttribute])
 }
 
 func attrString(v types.AttributeValue) string {

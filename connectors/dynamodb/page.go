@@ -14,17 +14,17 @@ import (
 // in that direction with Limit=limit, so paging backwards through history
 // (a chart scrolling left) costs one short Query per page, not a scan of
 // the range. limit <= 0 reads the whole range.
-func (s *Sink) Page(ctx context.Context, symbol, tf string, from, to int64, limit int, newestFirst bool) ([]candle.Candle, error) {
+func (r *Reader) Page(ctx context.Context, symbol, tf string, from, to int64, limit int, newestFirst bool) ([]candle.Candle, error) {
 	if to <= from {
 		return nil, nil
 	}
-	pks, err := s.partitions(symbol, tf)
+	pks, err := r.partitions(symbol, tf)
 	if err != nil {
 		return nil, err
 	}
 	var out []candle.Candle
 	for _, pk := range pks {
-		items, err := s.query(ctx, s.keyCond(pk, &[2]int64{from, to}), !newestFirst, int32(max(limit, 0)))
+		items, err := r.query(ctx, r.keyCond(pk, &[2]int64{from, to}), !newestFirst, int32(max(limit, 0)))
 		if err != nil {
 			return nil, err
 		}

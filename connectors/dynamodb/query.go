@@ -24,13 +24,13 @@ import (
 
 // Latest returns the newest candle of symbol and timeframe (Query with
 // ScanIndexForward=false, Limit=1 per shard). ok is false when there is none.
-func (s *Sink) Latest(ctx context.Context, symbol, tf string) (c candle.Candle, ok bool, err error) {
-	pks, err := s.partitions(symbol, tf)
+func (r *Reader) Latest(ctx context.Context, symbol, tf string) (c candle.Candle, ok bool, err error) {
+	pks, err := r.partitions(symbol, tf)
 	if err != nil {
 		return candle.Candle{}, false, err
 	}
 	for _, pk := range pks {
-		items, err := s.query(ctx, s.keyCond(pk, nil), false, 1)
+		items, err := r.query(ctx, r.keyCond(pk, nil), false, 1)
 		if err != nil {
 			return candle.Candle{}, false, err
 		}
@@ -49,14 +49,14 @@ func (s *Sink) Latest(ctx context.Context, symbol, tf string) (c candle.Candle, 
 
 // Range returns the candles of symbol and timeframe with open_time in
 // [from, to), oldest first, following Query pagination.
-func (s *Sink) Range(ctx context.Context, symbol, tf string, from, to int64) ([]candle.Candle, error) {
-	return s.Page(ctx, symbol, tf, from, to, 0, false)
+func (r *Reader) Range(ctx context.Context, symbol, tf string, from, to int64) ([]candle.Candle, error) {
+	return r.Page(ctx, symbol, tf, from, to, 0, false)
 }
 
 // LatestMany returns the newest candle of each symbol (symbols without one
 // are absent). BatchGetItem needs exact keys and "the newest open_time" is
 // not one, so this runs one Latest Query per symbol, MaxInFlight at a time.
-func (s *Sink) LatestMany(ctx context.Context, symbols []string, tf string) (map[string]candle.Candle, error) {
+func (r *Reader) LatestMany(ctx context.Context, symbols []string, tf string) (map[string]candle.Candle, error) {
 	type res struct {
 		c   candle.Candle
 		ok  bool
@@ -65,26 +65,26 @@ func (s *Sink) LatestMany(ctx context.Context, symbols []string, tf string) (map
 	results := make([]res, len(symbols))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(s.cfg.MaxInFlight, len(symbols)) {
+	for range min(r.cfg.MaxInFlight, len(symbols)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(symbols) || ctx.Err() != nil {
 					return
 				}
-				r := &results[i]
-				r.c, r.ok, r.err = s.Latest(ctx, symbols[i], tf)
+				res := &results[i]
+				res.c, res.ok, res.err = r.Latest(ctx, symbols[i], tf)
 			}
 		})
 	}
 	wg.Wait()
 	out := make(map[string]candle.Candle, len(symbols))
-	for i, r := range results {
-		if r.err != nil {
-			return nil, r.err
+	for i, res := range results {
+		if res.err != nil {
+			return nil, res.err
 		}
-		if r.ok {
-			out[symbols[i]] = r.c
+		if res.ok {
+			out[symbols[i]] = res.c
 		}
 	}
 	if err := ctx.Err(); err != nil {
@@ -96,11 +96,11 @@ func (s *Sink) LatestMany(ctx context.Context, symbols []string, tf string) (map
 // ReadSharded returns the trades or readings of key (the {symbol} of the
 // pk template) with ts in [from, to), read from every write shard and
 // merged in sort key order. Without sharding it reads the one partition.
-func (s *Sink) ReadSharded(ctx context.Context, key string, from, to int64) ([]candle.Trade, error) {
+func (r *Reader) ReadSharded(ctx context.Context, key string, from, to int64) ([]candle.Trade, error) {
 	if to <= from {
 		return nil, nil
 	}
-	pks, err := s.partitions(key, "")
+	pks, err := r.partitions(key, "")
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func (s *Sink) ReadSharded(ctx context.Context, key string, from, to int64) ([]c
 	}
 	var rows []row
 	for _, pk := range pks {
-		items, err := s.query(ctx, s.keyCond(pk, &[2]int64{from, to}), true, 0)
+		items, err := r.query(ctx, r.keyCond(pk, &[2]int64{from, to}), true, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -120,11 +120,11 @@ func (s *Sink) ReadSharded(ctx context.Context, key string, from, to int64) ([]c
 				return nil, fmt.Errorf("dynamodb ReadSharded %s: %w", key, err)
 			}
 			if tr.TS >= from && tr.TS < to {
-				rows = append(rows, row{attrString(it[s.cfg.Table.SKAttribute]), tr})
+				rows = append(rows, row{attrString(it[r.cfg.Table.SKAttribute]), tr})
 			}
 		}
 	}
-	numeric := s.cfg.Table.SKType == "N"
+	numeric := r.cfg.Table.SKType == "N"
 	sort.SliceStable(rows, func(i, j int) bool {
 		if numeric {
 			a, _ := strconv.ParseInt(rows[i].sk, 10, 64)
@@ -141,32 +141,32 @@ func (s *Sink) ReadSharded(ctx context.Context, key string, from, to int64) ([]c
 }
 
 // partitions renders the pk of every shard for symbol and timeframe.
-func (s *Sink) partitions(symbol, tf string) ([]string, error) {
-	for _, p := range s.pk.parts {
+func (t *table) partitions(symbol, tf string) ([]string, error) {
+	for _, p := range t.pk.parts {
 		switch p.ph {
 		case phLiteral, phSymbol, phTimeframe, phShard:
 		default:
-			return nil, fmt.Errorf("dynamodb table %s: reads need a pk built from {symbol}, {timeframe} and {shard} only; pk %q has time or id placeholders, so query its partitions directly", s.cfg.Table.Name, s.pk.src)
+			return nil, fmt.Errorf("dynamodb table %s: reads need a pk built from {symbol}, {timeframe} and {shard} only; pk %q has time or id placeholders, so query its partitions directly", t.cfg.Table.Name, t.pk.src)
 		}
 	}
-	if !s.sk.leadingTime() {
-		return nil, fmt.Errorf("dynamodb table %s: reads need a sort key that starts with {open_time} or {ts} (got %q)", s.cfg.Table.Name, s.sk.src)
+	if !t.sk.leadingTime() {
+		return nil, fmt.Errorf("dynamodb table %s: reads need a sort key that starts with {open_time} or {ts} (got %q)", t.cfg.Table.Name, t.sk.src)
 	}
-	n := max(s.cfg.Shards, 1)
+	n := max(t.cfg.Shards, 1)
 	pks := make([]string, n)
 	for i := range pks {
-		pks[i] = s.pk.render(&vars{symbol: symbol, timeframe: tf, shard: i})
+		pks[i] = t.pk.render(&vars{symbol: symbol, timeframe: tf, shard: i})
 	}
 	return pks, nil
 }
 
 // keyCond builds the key condition for partition pk, limited to the sort
 // keys of times in [r[0], r[1]) when r is set.
-func (s *Sink) keyCond(pk string, r *[2]int64) *dynamodb.QueryInput {
+func (t *table) keyCond(pk string, r *[2]int64) *dynamodb.QueryInput {
 	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(s.cfg.Table.Name),
+		TableName:                 aws.String(t.cfg.Table.Name),
 		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": s.cfg.Table.PKAttribute},
+		ExpressionAttributeNames:  map[string]string{"#pk": t.cfg.Table.PKAttribute},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": strAttr(pk)},
 	}
 	if r == nil {
@@ -174,8 +174,8 @@ func (s *Sink) keyCond(pk string, r *[2]int64) *dynamodb.QueryInput {
 	}
 	lo, hi := strconv.FormatInt(r[0], 10), strconv.FormatInt(r[1]-1, 10)
 	in.KeyConditionExpression = aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi")
-	in.ExpressionAttributeNames["#sk"] = s.cfg.Table.SKAttribute
-	if s.cfg.Table.SKType == "N" {
+	in.ExpressionAttributeNames["#sk"] = t.cfg.Table.SKAttribute
+	if t.cfg.Table.SKType == "N" {
 		in.ExpressionAttributeValues[":lo"] = &types.AttributeValueMemberN{Value: lo}
 		in.ExpressionAttributeValues[":hi"] = &types.AttributeValueMemberN{Value: hi}
 	} else {
@@ -188,15 +188,15 @@ func (s *Sink) keyCond(pk string, r *[2]int64) *dynamodb.QueryInput {
 
 // SetConsistentReads makes the reads of Latest, Range, LatestMany and
 // ReadSharded strongly consistent (index queries stay eventually consistent).
-func (s *Sink) SetConsistentReads(on bool) { s.consistent.Store(on) }
+func (r *Reader) SetConsistentReads(on bool) { r.consistent.Store(on) }
 
 // query runs in to the end (or to limit items when limit > 0), following
 // LastEvaluatedKey and retrying transient errors.
-func (s *Sink) query(ctx context.Context, in *dynamodb.QueryInput, forward bool, limit int32) ([]map[string]types.AttributeValue, error) {
+func (t *table) query(ctx context.Context, in *dynamodb.QueryInput, forward bool, limit int32) ([]map[string]types.AttributeValue, error) {
 	in.ScanIndexForward = aws.Bool(forward)
-	if s.consistent.Load() && in.IndexName == nil {
+	if t.consistent.Load() && in.IndexName == nil {
 		in.ConsistentRead = aws.Bool(true)
 	}
-	items, _, err := s.queryPage(ctx, in, int(limit))
+	items, _, err := t.queryPage(ctx, in, int(limit))
 	return items, err
 }

@@ -38,16 +38,16 @@ func TestQueries(t *testing.T) {
 	}
 	btc := series("BTC", "1m")
 
-	c, ok, err := h.sink.Latest(ctx, "BTC", "1m")
+	c, ok, err := h.sink.Reader().Latest(ctx, "BTC", "1m")
 	if err != nil || !ok || c != btc[len(btc)-1] {
 		t.Fatalf("Latest = %+v %v %v, want %+v", c, ok, err, btc[len(btc)-1])
 	}
-	if _, ok, err := h.sink.Latest(ctx, "NOPE", "1m"); ok || err != nil {
+	if _, ok, err := h.sink.Reader().Latest(ctx, "NOPE", "1m"); ok || err != nil {
 		t.Fatalf("Latest of an unknown symbol = %v %v", ok, err)
 	}
 
 	before := f.Calls("Query")
-	got, err := h.sink.Range(ctx, "BTC", "1m", btc[3].OpenTime, btc[25].OpenTime)
+	got, err := h.sink.Reader().Range(ctx, "BTC", "1m", btc[3].OpenTime, btc[25].OpenTime)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,11 @@ func TestQueries(t *testing.T) {
 	if pages := f.Calls("Query") - before; pages < 4 {
 		t.Fatalf("Range used %d Query pages for 22 items with pages of 7", pages)
 	}
-	if got, err := h.sink.Range(ctx, "BTC", "1m", btc[5].OpenTime, btc[5].OpenTime); err != nil || len(got) != 0 {
+	if got, err := h.sink.Reader().Range(ctx, "BTC", "1m", btc[5].OpenTime, btc[5].OpenTime); err != nil || len(got) != 0 {
 		t.Fatalf("empty Range = %v %v", got, err)
 	}
 
-	many, err := h.sink.LatestMany(ctx, append(symbols, "NOPE"), "1h")
+	many, err := h.sink.Reader().LatestMany(ctx, append(symbols, "NOPE"), "1h")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestQueriesNeedQueryableKeys(t *testing.T) {
 	cfg.Table.SKType = "S"
 	cfg.PK, cfg.SK = "{symbol}#{yyyy}{mm}", "{ts}#{trade_id}"
 	h := newSink(t, cfg, nil)
-	if _, err := h.sink.ReadSharded(context.Background(), "BTC", 0, 10); err == nil {
+	if _, err := h.sink.Reader().ReadSharded(context.Background(), "BTC", 0, 10); err == nil {
 		t.Fatal("ReadSharded on a time-partitioned pk should fail")
 	}
 }

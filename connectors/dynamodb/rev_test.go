@@ -41,7 +41,7 @@ func TestRevisionsNeverGoBack(t *testing.T) {
 	}
 	stored := func() []candle.Candle {
 		t.Helper()
-		cs, err := h.sink.Range(ctx, "BTC", "1m", 0, 1<<62)
+		cs, err := h.sink.Reader().Range(ctx, "BTC", "1m", 0, 1<<62)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,14 +105,14 @@ func TestRevisionsNeverGoBack(t *testing.T) {
 	if _, err := h.raw.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("revs"), Item: p.item}); err != nil {
 		t.Fatal(err)
 	}
-	c, ok, err := h.sink.Latest(ctx, "ETH", "1m")
+	c, ok, err := h.sink.Reader().Latest(ctx, "ETH", "1m")
 	if err != nil || !ok || c.Rev != 0 || !c.Equal(&legacy) {
 		t.Fatalf("Latest of an item without rev = %+v %v %v, want rev 0 %+v", c, ok, err, legacy)
 	}
 	rev5 := genCandles([]string{"ETH"}, []string{"1m"}, 1, 5)[0]
 	rev5.Rev = 5
 	write(rev5)
-	c, _, err = h.sink.Latest(ctx, "ETH", "1m")
+	c, _, err = h.sink.Reader().Latest(ctx, "ETH", "1m")
 	if err != nil || !c.Equal(&rev5) {
 		t.Fatalf("Latest after rev 5 = %+v (%v), want %+v", c, err, rev5)
 	}
@@ -143,7 +143,7 @@ func TestWithoutRevisionsCandlesGoInBatches(t *testing.T) {
 	if n := f.Calls("BatchWriteItem"); n != 2 {
 		t.Errorf("%d BatchWriteItem calls for 30 candles, want 2", n)
 	}
-	got, err := h.sink.Range(ctx, "BTC", "1m", 0, 1<<62)
+	got, err := h.sink.Reader().Range(ctx, "BTC", "1m", 0, 1<<62)
 	if err != nil {
 		t.Fatal(err)
 	}

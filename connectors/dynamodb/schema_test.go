@@ -130,7 +130,7 @@ func TestDeviceReadingsSharded(t *testing.T) {
 	if total != len(want) {
 		t.Fatalf("%d items over the shards, want %d", total, len(want))
 	}
-	got, err := h.sink.ReadSharded(ctx, "sensor-1", base+10_000, base+50_000)
+	got, err := h.sink.Reader().ReadSharded(ctx, "sensor-1", base+10_000, base+50_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestDeviceReadingsSharded(t *testing.T) {
 			t.Fatalf("reading %d = %+v, want %+v", i, tr, want[10+i])
 		}
 	}
-	if _, err := h.sink.ReadSharded(ctx, "sensor-2", base, base+1); err != nil {
+	if _, err := h.sink.Reader().ReadSharded(ctx, "sensor-2", base, base+1); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.sink.Write(ctx, genCandles([]string{"x"}, []string{"1m"}, 1, 1)); err != nil {

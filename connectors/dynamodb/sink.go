@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -75,11 +74,7 @@ func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpCli
 // satisfies the engine's CandleSink. Its methods are safe for concurrent
 // use, though one stage normally drives it from one goroutine.
 type Sink struct {
-	cfg    Config
-	client API
-	log    *slog.Logger
-	m      *metrics
-	pk, sk template
+	*table
 
 	batchCandles bool // WithRevisions(false): candles go out in batches
 
@@ -88,33 +83,21 @@ type Sink struct {
 	mu          sync.Mutex
 	buf         []pending
 	provisioned atomic.Bool // cleared when the table turns out to be missing
-	consistent  atomic.Bool // SetConsistentReads
 	closed      bool
 }
 
 // New validates cfg and returns a sink. It does not contact DynamoDB: a
 // sink can start before its endpoint is reachable, and writes wait for it.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
-	if errs := cfg.Validate(); len(errs) > 0 {
-		return nil, fmt.Errorf("dynamodb sink config: %s", strings.Join(errs, "; "))
-	}
-	cfg = cfg.withDefaults()
 	o := options{log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s := &Sink{cfg: cfg, client: o.client, log: o.log.With("connector", "dynamodb", "table", cfg.Table.Name), batchCandles: o.batch}
-	var err error
-	if s.m, err = newMetrics(o.reg); err != nil {
+	t, err := newTable(ctx, cfg, o)
+	if err != nil {
 		return nil, err
 	}
-	s.m.zero(cfg.Table.Name)
-	if s.pk, err = parseTemplate(cfg.PK); err != nil {
-		return nil, err
-	}
-	if s.sk, err = parseTemplate(cfg.SK); err != nil {
-		return nil, err
-	}
+	s := &Sink{table: t, batchCandles: o.batch}
 	if s.pk.uses(phTradeID) || s.sk.uses(phTradeID) {
 		s.candleErr = fmt.Errorf("table %s: the key templates use {trade_id}, which candles do not have; use this sink for trades (WriteTrades) or change pk/sk", cfg.Table.Name)
 	}
@@ -124,11 +107,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	}
 	if s.pk.uses(phTimeframe) || s.sk.uses(phTimeframe) {
 		s.tradeErr = fmt.Errorf("table %s: the key templates use {timeframe}, which trades do not have; use this sink for candles (Write) or change pk/sk", cfg.Table.Name)
-	}
-	if s.client == nil {
-		if s.client, err = buildClient(ctx, cfg, o); err != nil {
-			return nil, err
-		}
 	}
 	return s, nil
 }
