@@ -1,11 +1,15 @@
 package processors
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/kandle/kandle/candle"
+	"github.com/kandle/kandle/decimal"
 )
 
 // TestRollupTakeSameAsProcess: a rollup taking sub-candles from memory
@@ -72,4 +76,51 @@ func changesOf(r *Rollup) map[string]string {
 	m := map[string]string{}
 	r.Changes(func(k, v []byte) { m[string(k)] = string(v) })
 	return m
+}
+
+// BenchmarkRollupFeed is what a fused rollup costs per sub-candle: 1m
+// candles of 200 keys into a 1m → 5m rollup, taken from memory (take:
+// Rollup.Take) or, as before, encoded to JSON and parsed back (json:
+// AppendJSON and Process).
+func BenchmarkRollupFeed(b *testing.B) {
+	from, to := tfOf(b, "1m", nil), tfOf(b, "5m", nil)
+	const keys = 200
+	subs := make([]candle.Candle, 0, keys*60)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for m := range int64(60) {
+		for k := range keys {
+			open := start + m*60_000
+			c := candle.Candle{Symbol: fmt.Sprintf("SYM%03dUSDT", k), Timeframe: "1m", OpenTime: open, CloseTime: open + 60_000,
+				Open: decimal.MustParse("101.25"), High: decimal.MustParse("102.5"), Low: decimal.MustParse("100.75"), Close: decimal.MustParse("101.5"),
+				Volume: decimal.SumOf(decimal.MustParse("12.345")), QuoteVolume: decimal.SumOf(decimal.MustParse("1250.123456")), Trades: 42,
+				FirstTradeID: "123456789", LastTradeID: "123456830"}
+			subs = append(subs, c)
+		}
+	}
+	for _, mode := range []string{"json", "take"} {
+		b.Run(mode, func(b *testing.B) {
+			var r *Rollup
+			var out Output
+			var buf []byte
+			b.ReportAllocs()
+			for i := range b.N {
+				j := i % len(subs)
+				if j == 0 {
+					var err error
+					if r, err = NewRollup(RollupConfig{From: from, To: to}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				out.Reset()
+				rec := Record{Offset: int64(i)}
+				if mode == "json" {
+					buf = subs[j].AppendJSON(buf[:0])
+					rec.Value = buf
+					r.Process(rec, &out)
+				} else {
+					r.Take(rec, &subs[j], &out)
+				}
+			}
+		})
+	}
 }
