@@ -173,8 +173,17 @@ func caughtUp(ctx context.Context, adm *kadm.Client, groups []string) bool {
 		return false
 	}
 	for _, g := range groups {
-		if l, ok := lag[g]; !ok || len(l.Lag) == 0 || l.Lag.Total() != 0 {
+		l, ok := lag[g]
+		if !ok || l.Error() != nil || len(l.Lag) == 0 {
 			return false
+		}
+		// Partition by partition: a partition whose offsets could not be
+		// listed has lag -1 and an error, which a total can hide (one run
+		// stopped its clock after 0.7 s).
+		for _, m := range l.Lag.Sorted() {
+			if m.Err != nil || m.Lag != 0 {
+				return false
+			}
 		}
 	}
 	return true

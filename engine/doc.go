@@ -148,9 +148,11 @@
 // unit on each of that stage's input partitions, in the same transaction.
 // What the upstream unit emits (Output.Candles, then Output.Quiet, the
 // order a reader of the output topic gets them in) goes straight into the
-// fused processor — candles through Process as their JSON, quiet marks
-// through Rollup.Quiet — and what that emits into the processors fused
-// into it. Every level's candles and quiet records are still produced to
+// fused processor — candles as values through Rollup.Take (the checks,
+// state and output of Process on their JSON, without building and parsing
+// it; a candle whose JSON would not read back as it is goes through
+// Process as its JSON), quiet marks through Rollup.Quiet — and what that
+// emits into the processors fused into it. Every level's candles and quiet records are still produced to
 // its output topic, so sinks and other readers see no difference. A
 // processor opts out with fuse: false; processors whose keys or partition
 // counts differ (a Kinesis source's shards, an output topic with another

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -299,15 +300,29 @@ func (s *liveStage) feedChain(ctx context.Context, ps *partState, out *processor
 func (s *liveStage) feed(fu *fusedUnit, in *processors.Output) error {
 	spec := fu.st.spec
 	rejected := len(fu.out.Rejected)
+	t, isTaker := fu.proc.(candleTaker)
 	for i := range in.Candles {
-		fu.buf = in.Candles[i].AppendJSON(fu.buf[:0])
-		rec := processors.Record{Partition: fu.part, Offset: fu.fed, Value: fu.buf}
+		c := &in.Candles[i]
+		rec := processors.Record{Partition: fu.part, Offset: fu.fed}
 		n := len(fu.out.Rejected)
-		if err := s.e.processGuarded(spec, fu.proc, fu.src, fu.fed, rec, &fu.out); err != nil {
+		var err error
+		if isTaker && readsBackAsIs(c) {
+			err = s.e.takeGuarded(spec, t, fu.src, fu.fed, rec, c, &fu.out)
+		} else {
+			fu.buf = c.AppendJSON(fu.buf[:0])
+			rec.Value = fu.buf
+			err = s.e.processGuarded(spec, fu.proc, fu.src, fu.fed, rec, &fu.out)
+		}
+		if err != nil {
 			return err
 		}
-		for j := n; j < len(fu.out.Rejected); j++ { // a dead letter keeps its record: not the reused buffer
-			fu.out.Rejected[j].Value = append([]byte(nil), fu.out.Rejected[j].Value...)
+		for j := n; j < len(fu.out.Rejected); j++ { // a dead letter keeps its record (the JSON), not the reused buffer
+			r := &fu.out.Rejected[j]
+			if r.Value == nil {
+				r.Value = c.AppendJSON(nil)
+			} else {
+				r.Value = append([]byte(nil), r.Value...)
+			}
 		}
 		fu.fed++
 	}
@@ -331,6 +346,26 @@ func (s *liveStage) feed(fu *fusedUnit, in *processors.Output) error {
 	fu.st.rejected.Add(float64(rej))
 	fu.touched = true
 	return nil
+}
+
+// candleTaker is what a rollup offers for candles in memory
+// (processors.Rollup.Take).
+type candleTaker interface {
+	Take(rec processors.Record, c *candle.Candle, out *processors.Output)
+}
+
+// readsBackAsIs reports whether c is what a reader of its JSON
+// (candle.AppendJSON) reads back, so a fused rollup may take it from
+// memory instead (candleTaker) with the same result: the names printable
+// UTF-8 and the window valid, as the parser requires; the trade ids valid
+// UTF-8 (the JSON writes an invalid byte as \u00XX, read back as another
+// character); taker volumes only on a candle that carries them. The
+// candles and rollup processors write nothing else.
+func readsBackAsIs(c *candle.Candle) bool {
+	return c.Symbol != "" && c.Timeframe != "" && c.CloseTime > c.OpenTime &&
+		candle.KeyProblem([]byte(c.Symbol)) == "" && candle.KeyProblem([]byte(c.Timeframe)) == "" &&
+		utf8.ValidString(c.FirstTradeID) && utf8.ValidString(c.LastTradeID) &&
+		(c.Taker || c.TakerBuyVolume.IsZero() && c.TakerBuyQuoteVolume.IsZero())
 }
 
 // chainUnits appends to units the parts of partition p's fused units in a

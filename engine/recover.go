@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/connectors/sinkkit"
 	"github.com/kandle/kandle/processors"
 )
@@ -98,10 +99,27 @@ func (e *Engine) processGuarded(spec *stageSpec, proc processor, src string, pos
 // processGuarded hands a record to a processor: a panic is recovered,
 // logged and counted, and aborts the transaction; a mark that panicked it
 // panicLimit times is passed on without it.
-func (e *Engine) quietGuarded(spec *stageSpec, q quieter, src string, pos int64, m processors.QuietMark, out *processors.Output) (err error) {
+func (e *Engine) quietGuarded(spec *stageSpec, q quieter, src string, pos int64, m processors.QuietMark, out *processors.Output) error {
+	return e.callGuarded(spec, src, pos, func(int) { out.Quiet = append(out.Quiet, m) }, func() { q.Quiet(m, out) })
+}
+
+// takeGuarded hands a candle in memory to a fused rollup (t) like
+// processGuarded hands it its JSON: a candle that panicked it panicLimit
+// times is dead-lettered (internal_error; its value filled in by the
+// caller) instead.
+func (e *Engine) takeGuarded(spec *stageSpec, t candleTaker, src string, pos int64, rec processors.Record, c *candle.Candle, out *processors.Output) error {
+	return e.callGuarded(spec, src, pos, func(n int) { out.Rejected = append(out.Rejected, internalError(rec, n)) },
+		func() { t.Take(rec, c, out) })
+}
+
+// callGuarded runs fn, a fused processor taking the input at position pos,
+// recovering, logging and counting a panic, which it returns as an error
+// (the transaction aborts); at an input that panicked panicLimit times it
+// runs skip instead, with that count.
+func (e *Engine) callGuarded(spec *stageSpec, src string, pos int64, skip func(n int), fn func()) (err error) {
 	key := panicKey{spec.Name, src, pos}
 	if n := e.panics.count(key); n >= panicLimit {
-		out.Quiet = append(out.Quiet, m)
+		skip(n)
 		return nil
 	}
 	defer func() {
@@ -113,7 +131,7 @@ func (e *Engine) quietGuarded(spec *stageSpec, q quieter, src string, pos int64,
 			err = fmt.Errorf("stage %s %s position %d: %w: %v", spec.Name, src, pos, errProcessorPanic, pp.value)
 		}
 	}()
-	q.Quiet(m, out)
+	fn()
 	return nil
 }
 

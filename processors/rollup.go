@@ -164,21 +164,52 @@ func (r *Rollup) Process(rec Record, out *Output) {
 			Detail: fmt.Sprintf("candle timeframe is %q, this rollup reads %q: check the rollup's input topic", tf, r.from)})
 		return
 	}
+	r.takeSub(rec, r.key(sym), &c, out)
+}
+
+// Take takes one closed sub-candle that the processor this rollup reads has
+// just emitted in the same process (a rollup fused into its stage), as
+// Process takes its JSON, without encoding and parsing it again: the same
+// checks, state and output. c must be what Process would read back from
+// c.AppendJSON (its Symbol printable UTF-8 and its trade ids valid UTF-8,
+// which the JSON keeps as they are); c is not modified. A dead letter's
+// value is rec.Value, which the caller may leave nil and fill in with the
+// JSON only when there is one.
+func (r *Rollup) Take(rec Record, c *candle.Candle, out *Output) {
+	r.resolve()
+	if c.Timeframe != r.from {
+		reject(out, rec, Rejection{Reason: ReasonMalformedJSON, Key: c.Symbol,
+			Detail: fmt.Sprintf("candle timeframe is %q, this rollup reads %q: check the rollup's input topic", c.Timeframe, r.from)})
+		return
+	}
+	sub := *c
+	r.takeSub(rec, r.key([]byte(c.Symbol)), &sub, out)
+}
+
+// key returns the rollup's key sym, adding it when it is new (only a new
+// key costs a string).
+func (r *Rollup) key(sym []byte) *rollKey {
 	k := r.keys[string(sym)]
 	if k == nil {
 		k = &rollKey{key: string(sym)}
 		r.keys[k.key] = k
 	}
+	return k
+}
+
+// takeSub takes sub-candle c of key k (read from rec), whose timeframe
+// is the rollup's input timeframe.
+func (r *Rollup) takeSub(rec Record, k *rollKey, c *candle.Candle, out *Output) {
 	c.Symbol, c.Timeframe = k.key, r.from
 	if r.h > 0 {
-		r.processRev(rec, k, &c, out)
+		r.processRev(rec, k, c, out)
 		return
 	}
 	if k.hasLast && c.CloseTime <= k.lastSub {
-		rejectReplay(out, rec, k, &c)
+		rejectReplay(out, rec, k, c)
 		return
 	}
-	r.take(k, &c, out)
+	r.take(k, c, out)
 }
 
 // rejectReplay dead-letters c, a sub-candle not after k's last one, as a

@@ -22,7 +22,7 @@ PARTS = [
     ("candle encode (AppendJSON)", ["candle.(*Candle).AppendJSON"]),
     ("rollup decode (ParseJSONRaw)", ["candle.ParseJSONRaw"]),
     ("1m aggregation (Aggregator.Process)", ["processors.(*Aggregator).Process"]),
-    ("rollup core (Rollup.Process less decode)", ["processors.(*Rollup).Process"]),
+    ("rollup core (Rollup.Process less decode, Rollup.Take)", ["processors.(*Rollup).Process", "processors.(*Rollup).Take"]),
     ("franz-go fetch, decode, decompress", ["kgo.(*source)", "kgo.ProcessFetchPartition"]),
     ("franz-go produce (Produce, batch encode, compress)",
      ["kgo.(*sink)", "kgo.(*Client).produce", "kgo.(*recBuf)", "kgo.(*produceRequest)", "kgo.(*Client).Produce"]),
