@@ -87,4 +87,3 @@ func TestIDChunksKeepArrivalOrder(t *testing.T) {
 }
 
 func head(s []string) []string { return s[:min(len(s), 8)] }
-
