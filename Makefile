@@ -63,7 +63,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench 'BenchmarkStreamFanout' -benchtime 20x -timeout 10m ./serve
 
 ## bench-core: the aggregation core against its hand-written limit, interleaved in one run:
-## ratio of the medians of CPU per trade against the 1.5× target (CORE_COUNT rounds, default 5, of CORE_BENCHTIME, default 1s)
+## ratio of the medians of CPU per trade against the 1.5× target (CORE_COUNT rounds, default 5, of CORE_BENCHTIME, default 2^20 trades)
 bench-core:
 	bash scripts/bench-core.sh
 

@@ -70,20 +70,42 @@ func benchDecode(b *testing.B, d *Decoder, recs [][]byte) {
 
 // BenchmarkAggregatorCore measures decode + dedupe + window update (and the
 // closes of 1m windows as event time moves) for ~1000 symbols on one core,
-// with the shipped key check.
+// with the shipped key check, at the engine's cadence: a checkpoint
+// (Changes) every benchCommitTrades trades and a live scan (Active) every
+// benchPollTrades.
 // docs/performance.md holds it within 1.5× of BenchmarkAggregatorCoreLimit's
 // CPU per trade, measured in the same run (make bench-core).
 func BenchmarkAggregatorCore(b *testing.B) {
 	recs, keys := benchKeyedTrades(1 << 18)
-	benchAggregator(b, recs, keys)
+	benchAggregator(b, recs, keys, benchCommitTrades)
 }
+
+// BenchmarkAggregatorCoreEvery1024 is BenchmarkAggregatorCore with a
+// checkpoint every 1024 trades (the core benchmark's cadence before
+// 2026-11-27): with 1000 symbols nearly every trade then writes its key's
+// entry and an id chunk. It shows what a much shorter commit interval, or
+// a much slower stream, costs per trade.
+func BenchmarkAggregatorCoreEvery1024(b *testing.B) {
+	recs, keys := benchKeyedTrades(1 << 18)
+	benchAggregator(b, recs, keys, benchPollTrades)
+}
+
+// The core benchmarks' cadence. The engine checkpoints a partition once
+// per transaction (commit_interval, 25 ms by default): 25,000 trades at
+// 1 M trades/s. It scans the live candles once per poll of its input, when
+// live publishers are attached; 1024 trades is a small poll (a 1 MiB fetch
+// of these records holds ~6,000).
+const (
+	benchCommitTrades = 25_000
+	benchPollTrades   = 1024
+)
 
 // BenchmarkAggregatorCoreWide is the same with 18-decimal token trades:
 // every price × qty needs more than 18 places, so every quote volume is a
 // wide (arbitrary-precision) sum. Exact, and slower than the common case.
 func BenchmarkAggregatorCoreWide(b *testing.B) {
 	recs, keys := benchWideTrades(1 << 18)
-	benchAggregator(b, recs, keys)
+	benchAggregator(b, recs, keys, benchCommitTrades)
 }
 
 // benchWideTrades is benchKeyedTrades with 18-decimal prices and quantities.
@@ -102,8 +124,11 @@ func benchWideTrades(n int) (recs, keys [][]byte) {
 	return recs, keys
 }
 
-func benchAggregator(b *testing.B, recs, keys [][]byte) {
+// benchAggregator feeds recs to a fresh aggregator round robin, calling
+// Changes every commit trades and Active every benchPollTrades.
+func benchAggregator(b *testing.B, recs, keys [][]byte, commit int) {
 	n := len(recs)
+	untilCommit := commit
 	build := func() *Aggregator { return newBenchAggregator(b) }
 	a := build()
 	var out Output
@@ -124,8 +149,11 @@ func benchAggregator(b *testing.B, recs, keys [][]byte) {
 		if len(out.Candles) > 4096 {
 			out.Reset()
 		}
-		if j&1023 == 0 {
+		if untilCommit--; untilCommit == 0 {
+			untilCommit = commit
 			a.Changes(func(k, v []byte) {})
+		}
+		if j&(benchPollTrades-1) == 0 {
 			a.Active(func(c *candle.Candle) {})
 		}
 	}

@@ -206,11 +206,14 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 }
 
 func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
-	if string(w.fid) != w.fidS { // compared without a copy
-		w.fidS = string(w.fid)
+	if !w.fidOK {
+		if string(w.fid) != w.fidS { // compared without a copy
+			w.fidS = string(w.fid)
+		}
+		w.fidOK = true
 	}
-	if string(w.lid) != w.lidS {
-		w.lidS = string(w.lid)
+	if !w.lidOK { // written since: a new close trade (an equal id is rare)
+		w.lidS, w.lidOK = string(w.lid), true
 	}
 	return candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
 		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n,
@@ -226,6 +229,7 @@ func (a *Aggregator) newWindow(open, close int64) *window {
 		a.winPool = a.winPool[:n-1]
 	} else {
 		w = new(window)
+		w.lid = w.lidBuf[:0] // reset keeps it
 	}
 	w.open, w.close = open, close
 	return w

@@ -3,36 +3,51 @@ package processors
 import (
 	"encoding/binary"
 	"slices"
+	"strconv"
 	"unsafe"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
+	"github.com/kandle/kandle/internal/invariant"
 )
 
 // window is one open (not yet emitted) window of one key, with the trade
-// ids it counted when dedupe is on.
+// ids it counted when dedupe is on. The fields every trade of an open
+// window touches come first, together; the last trade id is kept inline
+// (lidBuf) when it is short.
 type window struct {
 	open, close int64
-	o, h, l, c  decimal.Decimal
-	oTS, cTS    int64 // event times of the open and close trades
-	v, q        decimal.Sum
 	n           int64
+	cTS         int64 // event time of the close trade
+	c, h, l     decimal.Decimal
+	v, q        decimal.Sum
+	lid         []byte   // id of the close trade (empty: none); reused, lidBuf while it fits
+	nums        []uint64 // canonical decimal ids ("123") while they arrive ascending
+	lidOK       bool     // see fidOK
+	lidBuf      [23]byte
+	o           decimal.Decimal
+	oTS         int64 // event time of the open trade
 	// Taker buy volumes, counted when tk: the decoder maps a side and the
 	// window saw every trade's (a window restored from state written
 	// before sides were kept has not, and reports none).
 	tk       bool
 	tbv, tbq decimal.Sum
-	fid, lid []byte // ids of the open and close trades (empty: none); reused
+	fid      []byte // id of the open trade (empty: none); reused
 	// fidS and lidS are fid and lid as the strings last handed out in a
 	// candle: the live path (Active) asks again and again, mostly for an
-	// unchanged first id.
+	// unchanged first id. fidOK and lidOK say fid and lid were not written
+	// since (every write clears them; a reset window has neither).
 	fidS, lidS string
-	nums       []uint64            // canonical decimal ids ("123") while they arrive ascending
+	fidOK      bool
 	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
 	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
 	longIDs    map[string]struct{}
 	unsaved    []byte // ids added since the last Changes, each uvarint length + bytes
-	chunks     uint32 // id chunk entries written for this window
+	// saved is how many of nums are in unsaved or were saved before: the
+	// ids appendNum adds go to unsaved by position (flushNums, at the next
+	// Changes or the next id added otherwise), in the order they came.
+	saved  int
+	chunks uint32 // id chunk entries written for this window
 
 	// With a revision horizon: the window's trades in arrival order, the
 	// ids of trades cancelled from it, the trade-log records added since
@@ -113,6 +128,7 @@ func (w *window) addID(id string, save bool) {
 
 // addParsedID is addID with numericID(id) already computed.
 func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
+	w.flushNums() // unsaved keeps the ids in the order they came
 	if save {
 		w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
 		w.unsaved = append(w.unsaved, id...)
@@ -122,6 +138,7 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 		// a sorted slice, no hashing. Out-of-order ids go to a map.
 		if l := len(w.nums); l == 0 || n > w.nums[l-1] {
 			w.nums = append(w.nums, n)
+			w.saved = len(w.nums)
 			return
 		}
 		if w.numIDs == nil {
@@ -144,16 +161,41 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 }
 
 // appendNum is addParsedID(id, n, true, true) for a canonical decimal id n
-// known to be above every id w holds (above its key's maxNum).
+// known to be above every id w holds (above its key's maxNum). The id's
+// bytes go to unsaved later (flushNums): a canonical decimal id is n
+// written in decimal, so the trade touches only nums.
 func (w *window) appendNum(id string, n uint64) {
-	w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
-	w.unsaved = append(w.unsaved, id...)
+	if invariant.Enabled {
+		invariant.Check(id == strconv.FormatUint(n, 10), "appendNum: id %q is not the canonical decimal %d", id, n)
+	}
 	if l := len(w.nums); l == cap(w.nums) && l < 64 {
 		// A list with no size hint (a new key) grows fourfold while it is
 		// short: 3 allocations to reach a busy window's size, not 7.
 		w.nums = slices.Grow(w.nums, 3*l+4)
 	}
 	w.nums = append(w.nums, n)
+}
+
+// flushNums appends the ids appendNum added since the last flush to
+// unsaved, as addParsedID would have: uvarint length, then the decimal.
+func (w *window) flushNums() {
+	add := w.nums[w.saved:]
+	if len(add) == 0 {
+		return
+	}
+	// Room for all of them at once: none is longer than the last (largest).
+	var d [20]byte
+	w.unsaved = slices.Grow(w.unsaved, len(add)*(1+len(appendDecimal(d[:0], add[len(add)-1]))))
+	for _, n := range add {
+		id := appendDecimal(d[:0], n)
+		w.unsaved = append(binary.AppendUvarint(w.unsaved, uint64(len(id))), id...)
+	}
+	w.saved = len(w.nums)
+}
+
+// dropUnsaved forgets the ids not yet saved (they are saved otherwise).
+func (w *window) dropUnsaved() {
+	w.unsaved, w.saved = w.unsaved[:0], len(w.nums)
 }
 
 // add counts one trade; v and q are the new volume sums, already checked,
@@ -164,14 +206,15 @@ func (w *window) add(t *candle.Trade, v, q, quote decimal.Sum) {
 		w.oTS, w.cTS = t.TS, t.TS
 		w.fid = append(w.fid[:0], t.ID...)
 		w.lid = append(w.lid[:0], t.ID...)
+		w.fidOK, w.lidOK = false, false
 	} else {
 		if t.TS < w.oTS { // ties: the earlier arrival keeps open
 			w.o, w.oTS = t.Price, t.TS
-			w.fid = append(w.fid[:0], t.ID...)
+			w.fid, w.fidOK = append(w.fid[:0], t.ID...), false
 		}
 		if t.TS >= w.cTS { // ties: the later arrival takes close
 			w.c, w.cTS = t.Price, t.TS
-			w.lid = append(w.lid[:0], t.ID...)
+			w.lid, w.lidOK = append(w.lid[:0], t.ID...), false
 		}
 		if t.Price.Cmp(w.h) > 0 {
 			w.h = t.Price

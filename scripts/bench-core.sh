@@ -8,13 +8,18 @@
 # summary when benchstat is on the PATH
 # (go install golang.org/x/perf/cmd/benchstat@latest).
 #
-#   make bench-core                                  # 5 rounds of 1 s each
-#   CORE_COUNT=10 CORE_BENCHTIME=2s make bench-core
+# Each result is over the same 2^20 trades (four passes over the 2^18
+# generated records, each pass on a fresh aggregator or limit), so both
+# contestants amortise the same rebuilds whatever the machine's load does
+# to how many trades a fixed time holds.
+#
+#   make bench-core                                  # 5 rounds of 2^20 trades each
+#   CORE_COUNT=10 CORE_BENCHTIME=4194304x make bench-core
 #   CORE_OUT=core.txt make bench-core                # keep the raw results (benchstat input)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=${CORE_COUNT:-5}
-BENCHTIME=${CORE_BENCHTIME:-1s}
+BENCHTIME=${CORE_BENCHTIME:-1048576x}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 OUT=${CORE_OUT:-$work/core.txt}

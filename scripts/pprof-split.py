@@ -35,8 +35,8 @@ PARTS = [
 SETUP = "set-up outside the timer (records, rebuilds)"
 CORE_PARTS = [
     (SETUP, ["processors.benchKeyedTrades", "processors.newBenchAggregator", "processors.newCoreLimit"]),
-    ("checkpoint (Changes every 1024 trades)", ["processors.(*Aggregator).Changes"]),
-    ("live scan (Active every 1024 trades)", ["processors.(*Aggregator).Active"]),
+    ("checkpoint (Changes)", ["processors.(*Aggregator).Changes"]),
+    ("live scan (Active)", ["processors.(*Aggregator).Active"]),
     ("decode: shape match (member bytes, values validated)", ["processors.(*shape).match"]),
     ("decode: the rest (numbers, price x qty, event time)", ["processors.(*Decoder)."]),
     ("dedupe: remembering the trade id", ["processors.(*window).appendNum", "processors.numericID"]),
