@@ -253,7 +253,7 @@ func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 	for range min(s.encoders, len(keys)) {
 		encoding.Go(func() {
 			for i := range next {
-				ready <- s.prepare(i, keys[i], parts[i])
+				ready <- s.prepare(ctx, i, keys[i], parts[i])
 			}
 		})
 	}
@@ -311,7 +311,7 @@ type write struct {
 	rows  []candle.Candle // what data holds, sorted by open_time
 	data  []byte          // nil: nothing to PUT without reading the object first
 	stale int             // candles of p that rows does not hold (older revisions)
-	err   error           // the encode failed
+	err   error           // the encode failed, or ctx had ended before it
 }
 
 // prepare encodes what the object at k should hold without reading it,
@@ -321,11 +321,14 @@ type write struct {
 // object is new on its first flush of a day). With nothing in the cache
 // and unconditional writes, or when p changes nothing in the entry (a
 // redelivery, which is checked against the object itself), data stays nil
-// and upsert reads the object.
-func (s *Sink) prepare(i int, k partKey, p *part) *write {
+// and upsert reads the object. Once ctx has ended it encodes nothing.
+func (s *Sink) prepare(ctx context.Context, i int, k partKey, p *part) *write {
 	start := time.Now()
 	w := &write{i: i, k: k, key: PartitionPath(k.tf, k.sym, k.day*86_400_000), p: p}
 	defer func() { w.encoded = time.Since(start) }()
+	if w.err = ctx.Err(); w.err != nil {
+		return w
+	}
 	w.e = s.cache.take(w.key)
 	switch {
 	case w.e != nil:
