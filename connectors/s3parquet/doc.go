@@ -114,7 +114,8 @@
 //
 // The files are written column by column by the package's own Parquet
 // writer (encode.go): data pages v1 of at most 64 KiB of values, each
-// compressed with zstd at its fastest level, symbol and timeframe
+// compressed with zstd at its fastest level (the literals of pages up to
+// 1 KiB without entropy coding, still plain zstd), symbol and timeframe
 // dictionary encoded, every other column PLAIN, min/max statistics per
 // column chunk. The bytes depend only on the candles and row_group_rows,
 // so a replay rewrites an object with the same bytes. Files are read with

@@ -22,7 +22,8 @@ import (
 //     Thrift's compact protocol), its length and "PAR1".
 //   - Every column is REQUIRED, so pages carry no repetition or definition
 //     levels. Pages are data pages v1, each zstd-compressed on its own, at
-//     most pageBytes of values before compression.
+//     most pageBytes of values before compression. A page of at most
+//     rawLiteralsBytes keeps its zstd literals raw (no Huffman table).
 //   - symbol and timeframe are dictionary encoded: a PLAIN dictionary page
 //     (values in order of first appearance), then one data page of
 //     RLE_DICTIONARY indices written as RLE runs (one run per file, since
@@ -112,13 +113,22 @@ type chunkMeta struct {
 	min, max     []byte
 }
 
-// encoder writes the lake's Parquet files. It holds the zstd encoder the
+// encoder writes the lake's Parquet files. It holds the zstd encoders the
 // pages share and the buffers of the files being built; safe for
 // concurrent use.
 type encoder struct {
 	zstd    *zstd.Encoder
 	writers sync.Pool // of *fileWriter
 }
+
+// rawLiteralsBytes: pages up to this size (before compression) are
+// compressed without entropy coding of their literals. On such a page the
+// Huffman table costs about as many bytes as it saves (a 48-row object is
+// 0.4 % larger) and building it was a quarter of the page's compression
+// time; larger pages (from about 240 rows of a column) keep it, as it
+// saves several percent there. See docs/performance-log.md, "Encoding
+// beside the uploads".
+const rawLiteralsBytes = 1 << 10
 
 // keepBytes: a file writer whose buffers grew past this (a file of more
 // than about 8,000 rows) is not kept for the next file.
@@ -138,19 +148,25 @@ func newEncoder(concurrency int) (*encoder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zstd encoder: %w", err)
 	}
-	return &encoder{zstd: z, writers: sync.Pool{New: func() any { return &fileWriter{zstd: z} }}}, nil
+	small, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstdLevel), zstd.WithEncoderConcurrency(max(1, concurrency)),
+		zstd.WithZeroFrames(true), zstd.WithEncoderCRC(false), zstd.WithNoEntropyCompression(true))
+	if err != nil {
+		return nil, fmt.Errorf("zstd encoder: %w", err)
+	}
+	return &encoder{zstd: z, writers: sync.Pool{New: func() any { return &fileWriter{zstd: z, zstdSmall: small} }}}, nil
 }
 
 // fileWriter builds one Parquet file in out.
 type fileWriter struct {
-	zstd   *zstd.Encoder
-	out    []byte
-	page   []byte   // values of the page being built
-	comp   []byte   // a compressed page
-	idx    []uint32 // dictionary indices of a column chunk
-	hdr    thriftWriter
-	groups [][numColumns]chunkMeta
-	rows   []int // rows per row group
+	zstd      *zstd.Encoder
+	zstdSmall *zstd.Encoder // pages of at most rawLiteralsBytes
+	out       []byte
+	page      []byte   // values of the page being built
+	comp      []byte   // a compressed page
+	idx       []uint32 // dictionary indices of a column chunk
+	hdr       thriftWriter
+	groups    [][numColumns]chunkMeta
+	rows      []int // rows per row group
 }
 
 // encode returns cs (already sorted by open_time) as one Parquet file, in
@@ -353,7 +369,11 @@ func (w *fileWriter) dictChunk(m *chunkMeta, col int, rs []candle.Candle) {
 
 // page1 compresses w.page and appends it with its header to the file.
 func (w *fileWriter) page1(m *chunkMeta, kind int32, n int, enc int32) {
-	w.comp = w.zstd.EncodeAll(w.page, w.comp[:0])
+	z := w.zstd
+	if len(w.page) <= rawLiteralsBytes {
+		z = w.zstdSmall
+	}
+	w.comp = z.EncodeAll(w.page, w.comp[:0])
 	h := &w.hdr
 	h.reset(w.out)
 	h.i32(1, kind)

@@ -31,6 +31,7 @@ type Sink struct {
 	minBackoff time.Duration
 	cache      *writeCache // nil with unconditional writes: nothing fences a write based on it
 	enc        *encoder
+	encoders   int // objects encoded at once during a flush
 
 	mu     sync.Mutex
 	closed bool
@@ -68,12 +69,13 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3parquet: %w", err)
 	}
-	enc, err := newEncoder(min(cfg.Concurrency, runtime.GOMAXPROCS(0)))
+	encoders := max(1, min(cfg.Concurrency, runtime.GOMAXPROCS(0)))
+	enc, err := newEncoder(encoders)
 	if err != nil {
 		return nil, fmt.Errorf("s3parquet: %w", err)
 	}
 	s := &Sink{
-		cfg: cfg, m: m, clock: o.clock, minBackoff: o.minBackoff, enc: enc,
+		cfg: cfg, m: m, clock: o.clock, minBackoff: o.minBackoff, enc: enc, encoders: encoders,
 		log: o.log.With("sink", o.name, "url", cfg.URL),
 		buf: map[partKey]*part{},
 	}
@@ -225,8 +227,15 @@ func (s *Sink) completedDays(touched map[[2]string]bool) []partKey {
 	})
 }
 
-// flush upserts the given partitions, Concurrency at a time, and drops the
-// ones that succeeded from the buffer. The caller holds s.mu.
+// flush upserts the given partitions and drops the ones that succeeded
+// from the buffer. The caller holds s.mu.
+//
+// Encoding and uploading are separate stages, so the requests stay in
+// flight while the next objects are encoded: up to one encoder per core
+// (at most concurrency) prepares each object's bytes (prepare) and hands
+// them to concurrency uploaders (upsert), which PUT them and, when a PUT
+// is refused or fails, fall back to reading and merging the object. At
+// most concurrency prepared objects wait for an uploader.
 func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 	if len(keys) == 0 {
 		return nil
@@ -237,22 +246,31 @@ func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 		parts[i] = s.buf[k]
 	}
 	errs := make([]error, len(keys))
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range min(s.cfg.Concurrency, len(keys)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				errs[i] = s.upsert(ctx, keys[i], parts[i])
+	next := make(chan int)
+	uploaders := max(1, s.cfg.Concurrency)
+	ready := make(chan *write, uploaders)
+	var encoding, uploading sync.WaitGroup
+	for range min(s.encoders, len(keys)) {
+		encoding.Go(func() {
+			for i := range next {
+				ready <- s.prepare(ctx, i, keys[i], parts[i])
 			}
-		}()
+		})
+	}
+	for range min(uploaders, len(keys)) {
+		uploading.Go(func() {
+			for w := range ready {
+				errs[w.i] = s.upsert(ctx, w)
+			}
+		})
 	}
 	for i := range keys {
-		work <- i
+		next <- i
 	}
-	close(work)
-	wg.Wait()
+	close(next)
+	encoding.Wait()
+	close(ready)
+	uploading.Wait()
 
 	var failed []error
 	for i, k := range keys {
@@ -278,11 +296,66 @@ func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 	return nil
 }
 
-// upsert merges p into its partition's object: read it, overlay the
+// write is one object's first write attempt, prepared by an encoder for
+// an uploader.
+type write struct {
+	i       int // index in the flush's keys
+	k       partKey
+	key     string
+	p       *part
+	encoded time.Duration // the time prepare took
+	// e is the write cache's entry for the object, taken by prepare: the
+	// PUT is If-Match its version. nil: a create (If-None-Match: *), or,
+	// with data nil too, no write before reading the object.
+	e     *cached
+	rows  []candle.Candle // what data holds, sorted by open_time
+	data  []byte          // nil: nothing to PUT without reading the object first
+	stale int             // candles of p that rows does not hold (older revisions)
+	err   error           // the encode failed, or ctx had ended before it
+}
+
+// prepare encodes what the object at k should hold without reading it,
+// when the sink can know that: from the write cache's entry (the object as
+// this sink last wrote it, with p laid over it), or, with conditional
+// writes and no entry, from p's candles alone, for a create-only PUT (the
+// object is new on its first flush of a day). With nothing in the cache
+// and unconditional writes, or when p changes nothing in the entry (a
+// redelivery, which is checked against the object itself), data stays nil
+// and upsert reads the object. Once ctx has ended it encodes nothing.
+func (s *Sink) prepare(ctx context.Context, i int, k partKey, p *part) *write {
+	start := time.Now()
+	w := &write{i: i, k: k, key: PartitionPath(k.tf, k.sym, k.day*86_400_000), p: p}
+	defer func() { w.encoded = time.Since(start) }()
+	if w.err = ctx.Err(); w.err != nil {
+		return w
+	}
+	w.e = s.cache.take(w.key)
+	switch {
+	case w.e != nil:
+		cs, changed, stale := overlay(w.e.rows, p.byOpen)
+		if !changed {
+			return w
+		}
+		w.rows, w.stale = cs, stale
+	case !s.cfg.UnconditionalWrites:
+		w.rows = make([]candle.Candle, 0, len(p.byOpen))
+		for _, c := range p.byOpen {
+			w.rows = append(w.rows, c)
+		}
+		sortByOpen(w.rows)
+	default:
+		return w
+	}
+	w.data, w.err = s.enc.encode(w.rows, s.cfg.RowGroupRows)
+	return w
+}
+
+// upsert merges w.p into its partition's object: read it, overlay the
 // buffered candles by open_time, sort, rewrite. The read is skipped when
-// the write cache holds the object (writeCached) and, with conditional
-// writes, when the object does not exist yet (create). The result depends only on
-// the set of candles ever written, so replays converge to the same bytes.
+// prepare could encode the object without it: from the write cache
+// (writeCached) or, with conditional writes, as a create of a new object.
+// The result depends only on the set of candles ever written, so replays
+// converge to the same bytes.
 //
 // The rewrite is conditional on the object being what was read (If-Match
 // its ETag, or If-None-Match * when it did not exist). When another writer
@@ -291,37 +364,25 @@ func (s *Sink) flush(ctx context.Context, keys []partKey) error {
 // object again and merges into that: the other writer's candles are kept,
 // never rolled back. After maxConflicts conflicts in a row it gives up
 // with an error (the candles stay buffered and the next flush tries again).
-func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
+func (s *Sink) upsert(ctx context.Context, w *write) error {
 	start := time.Now()
-	defer func() { s.m.latency.Observe(time.Since(start).Seconds()) }()
-	key := PartitionPath(k.tf, k.sym, k.day*86_400_000)
-	e := s.cache.take(key)
-	if e == nil && !s.cfg.UnconditionalWrites {
-		done, err := s.create(ctx, key, p)
+	defer func() { s.m.latency.Observe((w.encoded + time.Since(start)).Seconds()) }()
+	key, k, p := w.key, w.k, w.p
+	if w.data != nil || w.err != nil {
+		err := w.err
+		if err == nil {
+			err = s.writePrepared(ctx, w)
+		}
 		switch {
-		case done:
+		case err == nil:
 			return nil
-		case err != nil && ctx.Err() != nil:
+		case ctx.Err() != nil:
 			return stopped(ctx, key, 1, err)
-		case errors.Is(err, errConflict):
+		case errors.Is(err, errConflict) && w.e == nil:
 			// The object exists (written before a restart, dropped from
 			// the cache, or by another writer): not a fencing conflict,
 			// nothing was read. Read and merge into it below.
 			s.m.createRefused.Inc()
-		default:
-			s.m.errors.Inc()
-			s.log.Warn("s3parquet: write failed, reading the object and retrying", "object", s.st.where(key), "err", err)
-		}
-	}
-	if e != nil {
-		done, err := s.writeCached(ctx, key, p, e)
-		switch {
-		case done:
-			return nil
-		case err != nil && ctx.Err() != nil:
-			return stopped(ctx, key, 1, err)
-		case err == nil:
-			// A pure redelivery: let the read below confirm the object.
 		case errors.Is(err, errConflict):
 			s.m.conflicts.Inc()
 			s.log.Warn("s3parquet: object changed since this sink wrote it (another writer, such as the partition's new owner, replaced it); reading and merging",
@@ -330,7 +391,7 @@ func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
 			s.m.errors.Inc()
 			s.log.Warn("s3parquet: write failed, reading the object and retrying", "object", s.st.where(key), "err", err)
 		}
-		// Fall back to reading the object: the cache entry is gone.
+		// Fall back to reading the object: the cache entry, if any, is gone.
 	}
 	policy := sinkkit.Backoff{Min: s.minBackoff, Max: s.cfg.MaxBackoff}
 	for conflicts := 0; ; conflicts++ {
@@ -352,63 +413,30 @@ func (s *Sink) upsert(ctx context.Context, k partKey, p *part) error {
 	}
 }
 
-// writeCached is one merge-write of the object at key without reading it:
-// e says what this sink's own last write put there. The PUT is
-// conditional on the object still being that write (If-Match its
-// version), so if anyone else wrote it since, it fails with errConflict
-// and upsert reads the object instead. It does nothing (done=false) when
-// p changes nothing in e: a redelivery is checked against the object
-// itself, as without the cache.
-func (s *Sink) writeCached(ctx context.Context, key string, p *part, e *cached) (done bool, err error) {
-	cs, changed, stale := overlay(e.rows, p.byOpen)
-	if !changed {
-		return false, nil
-	}
+// writePrepared PUTs w.data without reading the object: with w.e, on the
+// condition that the object is still this sink's last write of it
+// (If-Match its version), so if anyone else wrote it since, it fails with
+// errConflict; without, on the condition that it does not exist
+// (If-None-Match: *; the file lake checks under its lock), so if it does,
+// the store refuses the write (errConflict) and writes nothing. Never
+// without w.e with unconditional_writes: there this would overwrite the
+// object (prepare leaves data nil).
+func (s *Sink) writePrepared(ctx context.Context, w *write) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
 	defer cancel()
-	s.m.cacheHits.Inc()
-	data, err := s.enc.encode(cs, s.cfg.RowGroupRows)
-	if err != nil {
-		return false, err
+	var version, ifMatch string
+	if w.e != nil {
+		s.m.cacheHits.Inc()
+		ifMatch = w.e.version
 	}
-	var version string
-	if err := s.st.put(withPutVersion(ctx, &version), key, data, e.version, true); err != nil {
-		return false, err
+	if err := s.st.put(withPutVersion(ctx, &version), w.key, w.data, ifMatch, w.e != nil); err != nil {
+		return err
 	}
-	s.cache.store(key, version, cs)
+	s.cache.store(w.key, version, w.rows)
 	s.m.objects.Inc()
-	s.m.bytes.Add(float64(len(data)))
-	s.m.staleRevs.Add(float64(stale))
-	return true, nil
-}
-
-// create writes the object at key from p's candles alone, on the
-// condition that it does not exist (If-None-Match: *; the file lake checks
-// under its lock). It is tried first when the write cache does not hold
-// the object, which saves the read for a new object: its first flush of
-// a day. If the object exists, the store refuses the write (errConflict)
-// and writes nothing, and upsert reads and merges as before. Never with
-// unconditional_writes: there this would overwrite the object.
-func (s *Sink) create(ctx context.Context, key string, p *part) (done bool, err error) {
-	cs := make([]candle.Candle, 0, len(p.byOpen))
-	for _, c := range p.byOpen {
-		cs = append(cs, c)
-	}
-	sortByOpen(cs)
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
-	defer cancel()
-	data, err := s.enc.encode(cs, s.cfg.RowGroupRows)
-	if err != nil {
-		return false, err
-	}
-	var version string
-	if err := s.st.put(withPutVersion(ctx, &version), key, data, "", false); err != nil {
-		return false, err
-	}
-	s.cache.store(key, version, cs)
-	s.m.objects.Inc()
-	s.m.bytes.Add(float64(len(data)))
-	return true, nil
+	s.m.bytes.Add(float64(len(w.data)))
+	s.m.staleRevs.Add(float64(w.stale))
+	return nil
 }
 
 // maxConflicts bounds the read-merge-write rounds of one object in one flush.
