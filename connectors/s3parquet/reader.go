@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,7 @@ type Reader struct {
 	cfg    Config
 	client *s3.Client // nil for a file:// lake
 	loc    location
+	dec    *colDecoder
 
 	reads, bytes, lists atomic.Int64
 }
@@ -53,7 +55,11 @@ func NewReader(ctx context.Context, cfg Config, opts ...Option) (*Reader, error)
 	for _, opt := range opts {
 		opt(&o)
 	}
-	r := &Reader{cfg: cfg, loc: loc}
+	dec, err := newColDecoder(min(max(cfg.Concurrency, 1), runtime.GOMAXPROCS(0)))
+	if err != nil {
+		return nil, fmt.Errorf("s3parquet: %w", err)
+	}
+	r := &Reader{cfg: cfg, loc: loc, dec: dec}
 	if loc.isFile() {
 		return r, nil
 	}
@@ -288,8 +294,39 @@ var candleColumns = []string{"open_time", "close_time", "open", "high", "low", "
 const firstOptionalColumn = 10
 
 // readPartition returns the candles of one partition object with open_time
-// in [from, to), oldest first.
+// in [from, to), oldest first, read by the column reader (colread.go): one
+// ranged read of the object's tail (its footer and, for a day of 1m
+// candles, the whole object), then at most one per row group for the
+// columns a candle needs. symbol and timeframe are the partition's.
 func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partition, from, to int64) ([]candle.Candle, error) {
+	obj, err := r.open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	get := func(off, n int64) ([]byte, error) {
+		b := make([]byte, n)
+		if _, err := obj.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && off+n == obj.size) {
+			return nil, err
+		}
+		return b, nil
+	}
+	cs, err := r.dec.read(get, obj.size, readRange{from: from, to: to})
+	if errors.Is(err, errLayout) {
+		return r.readPartitionGeneric(ctx, symbol, tf, p, from, to)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("s3parquet: %s: %w", p.key, err)
+	}
+	for i := range cs {
+		cs[i].Symbol, cs[i].Timeframe = symbol, tf
+	}
+	return cs, nil
+}
+
+// readPartitionGeneric is readPartition with parquet-go's reader, for a
+// file whose layout the column reader does not decode.
+func (r *Reader) readPartitionGeneric(ctx context.Context, symbol, tf string, p partition, from, to int64) ([]candle.Candle, error) {
 	key := p.key
 	obj, err := r.open(ctx, p)
 	if err != nil {
