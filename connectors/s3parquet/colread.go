@@ -44,6 +44,7 @@ var errLayout = errors.New("a parquet layout the column reader does not decode")
 // Parquet enums the reader meets beyond those the writer writes.
 const (
 	encPlainDictionary = 2
+	encDeltaLength     = 6 // DELTA_LENGTH_BYTE_ARRAY: parquet-go's strings
 	codecNone          = 0
 	codecSnappy        = 1
 	pageDataV2         = 3
@@ -385,6 +386,9 @@ func (d *colDecoder) read(get source, size int64, rr readRange) ([]candle.Candle
 			if !rr.series {
 				continue
 			}
+			if len(m.groups) == 0 {
+				continue
+			}
 			if c := &m.groups[0].chunks[i]; m.createdBy == "kandle" && c.min != nil && bytes.Equal(c.min, c.max) && m.constant(i) {
 				fixed[col] = c.min // every row group says the same one value
 				continue
@@ -532,6 +536,7 @@ type pageState struct {
 	data, dict []byte
 	page       page
 	dictVals   [][]byte
+	strs       [][]byte
 	idx        []uint32
 }
 
@@ -543,6 +548,7 @@ type page struct {
 	// dictionary-encoded pages: the indices, resolved through dict
 	idx  []uint32
 	dict [][]byte
+	strs [][]byte // DELTA_LENGTH_BYTE_ARRAY pages: the values
 }
 
 // pageHeader is a PageHeader's fields the reader uses.
@@ -681,6 +687,14 @@ func (st *pageState) column(c *chunkInfo, b []byte, first, last int, fn func(p *
 					return err
 				}
 				p.idx, p.dict = st.idx, st.dictVals
+			case encDeltaLength:
+				if c.typ != typeByteArray {
+					return fmt.Errorf("DELTA_LENGTH_BYTE_ARRAY page of a column of type %d", c.typ)
+				}
+				if st.strs, err = deltaLengthByteArrays(vals, n, st.strs[:0]); err != nil {
+					return err
+				}
+				p.strs = st.strs
 			default:
 				return fmt.Errorf("%w: encoding %d", errLayout, h.encoding)
 			}
@@ -813,6 +827,88 @@ func decodeIndices(b []byte, n, dictLen int, out []uint32) ([]uint32, error) {
 	return out, nil
 }
 
+// deltaLengthByteArrays splits n DELTA_LENGTH_BYTE_ARRAY values: their
+// lengths DELTA_BINARY_PACKED, then their bytes.
+func deltaLengthByteArrays(b []byte, n int, out [][]byte) ([][]byte, error) {
+	lens, rest, err := deltaBinaryPacked(b, n)
+	if err != nil {
+		return nil, fmt.Errorf("DELTA_LENGTH_BYTE_ARRAY lengths: %w", err)
+	}
+	for _, l := range lens {
+		if l < 0 || l > int64(len(rest)) {
+			return nil, errors.New("DELTA_LENGTH_BYTE_ARRAY value past the page's end")
+		}
+		out = append(out, rest[:l:l])
+		rest = rest[l:]
+	}
+	return out, nil
+}
+
+// deltaBinaryPacked reads n DELTA_BINARY_PACKED values and returns them
+// with the bytes after them.
+func deltaBinaryPacked(b []byte, n int) ([]int64, []byte, error) {
+	r := &thriftReader{b: b} // its varints are the same as this encoding's
+	blockSize, miniblocks := r.uvarint(), r.uvarint()
+	total, first := r.uvarint(), r.varint()
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	if blockSize == 0 || blockSize%128 != 0 || blockSize > 1<<20 || miniblocks == 0 || blockSize%miniblocks != 0 || (blockSize/miniblocks)%32 != 0 {
+		return nil, nil, fmt.Errorf("blocks of %d values in %d miniblocks", blockSize, miniblocks)
+	}
+	if total != uint64(n) {
+		return nil, nil, fmt.Errorf("%d values, the page says %d", total, n)
+	}
+	perMini := int(blockSize / miniblocks)
+	out := make([]int64, 0, n)
+	if n > 0 {
+		out = append(out, first)
+	}
+	prev := first
+	for len(out) < n {
+		minDelta := r.varint()
+		if r.err != nil || uint64(len(b)-r.pos) < miniblocks {
+			return nil, nil, errors.New("block header past the page's end")
+		}
+		widths := b[r.pos : r.pos+int(miniblocks)]
+		r.pos += int(miniblocks)
+		for _, w := range widths {
+			if len(out) >= n {
+				break
+			}
+			if w > 64 {
+				return nil, nil, fmt.Errorf("bit width %d", w)
+			}
+			nb := perMini * int(w) / 8
+			if len(b)-r.pos < nb {
+				return nil, nil, errors.New("miniblock past the page's end")
+			}
+			packed := b[r.pos : r.pos+nb]
+			r.pos += nb
+			var acc uint64
+			have := 0
+			for k := 0; k < perMini && len(out) < n; k++ {
+				var v uint64
+				got := 0
+				for got < int(w) {
+					if have == 0 {
+						acc, have = uint64(packed[0]), 8
+						packed = packed[1:]
+					}
+					take := min(have, int(w)-got)
+					v |= (acc & (1<<take - 1)) << got
+					acc >>= take
+					have -= take
+					got += take
+				}
+				prev += minDelta + int64(v)
+				out = append(out, prev)
+			}
+		}
+	}
+	return out, b[r.pos:], nil
+}
+
 // int64s decodes the page's n PLAIN INT64 values into out.
 func (p *page) int64s(out []int64) error {
 	if p.typ != typeInt64 || p.idx != nil {
@@ -891,6 +987,8 @@ func (p *page) fill(col int, cs []candle.Candle, at int) error {
 			var s []byte
 			if p.idx != nil {
 				s = p.dict[p.idx[i]]
+			} else if p.strs != nil {
+				s = p.strs[i]
 			} else {
 				if len(v) < 4 {
 					return errors.New("value past the page's end")
