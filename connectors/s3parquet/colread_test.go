@@ -424,7 +424,6 @@ func FuzzColumnReader(f *testing.F) {
 // trade ids in every row) and the day of BenchmarkAPIColdMonth's shape.
 func BenchmarkColdRead(b *testing.B) {
 	ctx := context.Background()
-	tf, _ := candle.ParseTimeframe("1m", nil)
 	for _, obj := range []struct {
 		name string
 		cs   []candle.Candle
@@ -468,6 +467,31 @@ func BenchmarkColdRead(b *testing.B) {
 				b.ReportMetric(float64(len(data)), "object-bytes")
 			})
 		}
-		_ = tf
+	}
+}
+
+// BenchmarkDecode: Decode (the sink's read of an object it merges into;
+// the column reader, a zstd decoder of its own per call included) against
+// parquet-go's row reader, on the fixture day's object.
+func BenchmarkDecode(b *testing.B) {
+	cs := dayCandles()
+	data, err := encode(cs, 100_000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) ([]candle.Candle, error)
+	}{{"kandle", Decode}, {"parquet-go", decodeGeneric}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				if got, err := c.decode(data); err != nil || len(got) != len(cs) {
+					b.Fatalf("%d candles, %v", len(got), err)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }
