@@ -106,7 +106,11 @@ func (r *Reader) Candles(ctx context.Context, symbol string, tf candle.Timeframe
 		slices.Reverse(parts)
 	}
 	conc := max(r.cfg.Concurrency, 1)
-	var out []candle.Candle
+	// Each object's candles are kept apart and copied once into the
+	// answer: appending a month of candles object by object made the
+	// slice regrow, which cost more than decoding them.
+	var objs [][]candle.Candle
+	total := 0
 	for start := 0; start < len(parts); start += conc {
 		batch := parts[start:min(start+conc, len(parts))]
 		res := make([][]candle.Candle, len(batch))
@@ -126,13 +130,28 @@ func (r *Reader) Candles(ctx context.Context, symbol string, tf candle.Timeframe
 			if newestFirst {
 				slices.Reverse(cs)
 			}
-			out = append(out, cs...)
-			if limit > 0 && len(out) >= limit {
-				return out[:limit], nil
+			objs = append(objs, cs)
+			if total += len(cs); limit > 0 && total >= limit {
+				return concat(objs, limit), nil
 			}
 		}
 	}
-	return out, nil
+	return concat(objs, total), nil
+}
+
+// concat returns the first n candles of objs, in order, in one slice.
+func concat(objs [][]candle.Candle, n int) []candle.Candle {
+	switch {
+	case n == 0:
+		return nil
+	case len(objs) == 1:
+		return objs[0][:n]
+	}
+	out := make([]candle.Candle, 0, n)
+	for _, cs := range objs {
+		out = append(out, cs[:min(len(cs), n-len(out))]...)
+	}
+	return out
 }
 
 // partition is one existing object of a series.
