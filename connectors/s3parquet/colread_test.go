@@ -135,6 +135,25 @@ func TestColumnReaderRoundTrip(t *testing.T) {
 	}
 }
 
+// fileLake stores data as the 1m object of symbol's day of openTime in a
+// file lake at dir, and returns a Reader of the lake and the partition.
+func fileLake(t testing.TB, dir, symbol string, openTime int64, data []byte) (*Reader, partition) {
+	t.Helper()
+	p := partition{key: PartitionPath("1m", symbol, openTime), size: int64(len(data))}
+	path := filepath.Join(dir, filepath.FromSlash(p.key))
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(context.Background(), Config{URL: "file://" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, p
+}
+
 func memSource(data []byte) source {
 	return func(off, n int64) ([]byte, error) {
 		if off < 0 || n < 0 || off+n > int64(len(data)) {
@@ -271,7 +290,6 @@ func TestColumnReaderOtherLayouts(t *testing.T) {
 		"gzip": writeRows(t, cs, v2, []parquet.WriterOption{parquet.Compression(&parquet.Gzip)}),
 	}
 	ctx := context.Background()
-	dir := t.TempDir()
 	tf, _ := candle.ParseTimeframe("1m", nil)
 	for name, data := range files {
 		if _, err := d.decodeBytes(data); !errors.Is(err, errLayout) {
@@ -282,17 +300,7 @@ func TestColumnReaderOtherLayouts(t *testing.T) {
 			t.Fatalf("%s: Decode: %v", name, err)
 		}
 		same(t, name+": Decode", got, cs)
-		path := filepath.Join(dir, filepath.FromSlash(PartitionPath("1m", "OTHER", cs[0].OpenTime)))
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewReader(ctx, Config{URL: "file://" + dir})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, _ := fileLake(t, t.TempDir(), "OTHER", cs[0].OpenTime, data)
 		if got, err = r.Candles(ctx, "OTHER", tf, cs[0].OpenTime, cs[len(cs)-1].CloseTime, 0, false); err != nil {
 			t.Fatalf("%s: Reader: %v", name, err)
 		}
@@ -308,26 +316,15 @@ func TestColumnReaderReads(t *testing.T) {
 	ctx := context.Background()
 	tf, _ := candle.ParseTimeframe("1m", nil)
 	for _, tc := range []struct {
-		name        string
-		cs          []candle.Candle
-		reads, max2 int64
-	}{{"benchmark day", benchCandles(1440), 1, 1}, {"fixture day", dayCandles(), 2, 2}} {
-		dir := t.TempDir()
+		name  string
+		cs    []candle.Candle
+		reads int64
+	}{{"benchmark day", benchCandles(1440), 1}, {"fixture day", dayCandles(), 2}} {
 		data, err := encode(tc.cs, 100_000)
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(dir, filepath.FromSlash(PartitionPath("1m", tc.cs[0].Symbol, tc.cs[0].OpenTime)))
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewReader(ctx, Config{URL: "file://" + dir})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, _ := fileLake(t, t.TempDir(), tc.cs[0].Symbol, tc.cs[0].OpenTime, data)
 		got, err := r.Candles(ctx, tc.cs[0].Symbol, tf, tc.cs[0].OpenTime, tc.cs[len(tc.cs)-1].CloseTime, 0, false)
 		if err != nil {
 			t.Fatal(err)
@@ -428,23 +425,11 @@ func BenchmarkColdRead(b *testing.B) {
 		name string
 		cs   []candle.Candle
 	}{{"fixture-day", dayCandles()}, {"bench-day", benchCandles(1440)}} {
-		dir := b.TempDir()
 		data, err := encode(obj.cs, 100_000)
 		if err != nil {
 			b.Fatal(err)
 		}
-		p := partition{key: PartitionPath("1m", obj.cs[0].Symbol, obj.cs[0].OpenTime), size: int64(len(data))}
-		path := filepath.Join(dir, filepath.FromSlash(p.key))
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(path, data, 0o600); err != nil {
-			b.Fatal(err)
-		}
-		r, err := NewReader(ctx, Config{URL: "file://" + dir})
-		if err != nil {
-			b.Fatal(err)
-		}
+		r, p := fileLake(b, b.TempDir(), obj.cs[0].Symbol, obj.cs[0].OpenTime, data)
 		from, to := obj.cs[0].OpenTime, obj.cs[len(obj.cs)-1].CloseTime
 		for _, c := range []struct {
 			name string
