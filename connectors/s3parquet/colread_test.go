@@ -22,8 +22,9 @@ import (
 // colInputs are the property inputs of the column reader's tests, each
 // one lake object's candles in open_time order: the fixtures' series (odd
 // symbols, taker volumes and trade ids on every other one, gap candles),
-// revisions up to the largest rev, calendar timeframes, a one-candle file
-// and random wide decimals over many row groups and pages.
+// revisions up to the largest rev, calendar timeframes, a one-candle file,
+// random wide decimals over many row groups and pages, and a file not
+// sorted by open_time.
 func colInputs(t testing.TB) map[string][]candle.Candle {
 	in := map[string][]candle.Candle{}
 	for _, c := range gen("BTC/USDT", "sol usdt+perp", "ü/€ %2F", "") {
@@ -78,6 +79,11 @@ func colInputs(t testing.TB) map[string][]candle.Candle {
 		wide[i] = c
 	}
 	in["random"] = wide
+	// Not sorted by open_time (kandle's files are; another writer's need
+	// not be): ranges are filtered row by row.
+	unsorted := slices.Clone(wide[:3000])
+	r.Shuffle(len(unsorted), func(i, j int) { unsorted[i], unsorted[j] = unsorted[j], unsorted[i] })
+	in["unsorted"] = unsorted
 	return in
 }
 
