@@ -290,7 +290,12 @@ func (m *fileMeta) layout() ([numColumns]int, error) {
 	if (at[colTakerBase] < 0) != (at[colTakerQuote] < 0) {
 		return at, fmt.Errorf("%w: one taker volume column without the other", errCorrupt)
 	}
+	rows := int64(0)
 	for g := range m.groups {
+		if r := m.groups[g].rows; r < 0 || r > maxObjectRows-rows {
+			return at, fmt.Errorf("%w: more than %d rows", errLayout, maxObjectRows)
+		}
+		rows += m.groups[g].rows
 		if len(m.groups[g].chunks) != len(m.leaves) {
 			return at, fmt.Errorf("%w: row group %d has %d column chunks for %d columns", errCorrupt, g, len(m.groups[g].chunks), len(m.leaves))
 		}
@@ -311,6 +316,11 @@ func (m *fileMeta) layout() ([numColumns]int, error) {
 }
 
 func (c *chunkInfo) rows() int64 { return c.numValues }
+
+// maxObjectRows bounds the rows of a file the column reader reads (a
+// lake object is a day of one series: 86,400 rows of 1s candles), so that
+// a corrupt footer cannot make it allocate much.
+const maxObjectRows = 1 << 20
 
 // source gives the bytes [off, off+n) of an object.
 type source func(off, n int64) ([]byte, error)
