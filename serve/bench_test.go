@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -159,10 +160,23 @@ func BenchmarkAPIColdMonth(b *testing.B) {
 		b.Fatal(err)
 	}
 	url := fmt.Sprintf("%s/v1/candles?symbol=BTC%%2FUSDT&timeframe=1m&start=%d&end=%d&limit=%d", start(b, s), first, cs[n-1].CloseTime, n)
-	_, bytes0 := r.ReadStats()
+	// CPU of the whole process per request: the API, the reader and the
+	// in-process S3 (getrusage).
+	cpu := func() time.Duration {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			b.Fatal(err)
+		}
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	reads0, bytes0 := r.ReadStats()
+	cpu0 := cpu()
 	latency(b, func() { fetch(b, url, n) })
-	_, bytes1 := r.ReadStats()
+	cpu1 := cpu()
+	reads1, bytes1 := r.ReadStats()
 	perReq := float64(bytes1-bytes0) / float64(b.N)
+	b.ReportMetric(float64(cpu1-cpu0)/float64(b.N)/1e6, "cpu-ms/req")
+	b.ReportMetric(float64(reads1-reads0)/float64(b.N), "reads/req")
 	b.ReportMetric(perReq, "bytes-read/req")
 	b.ReportMetric(float64(total), "object-bytes")
 	b.ReportMetric(perReq/float64(total), "read/object")

@@ -118,8 +118,12 @@
 // 1 KiB without entropy coding, still plain zstd), symbol and timeframe
 // dictionary encoded, every other column PLAIN, min/max statistics per
 // column chunk. The bytes depend only on the candles and row_group_rows,
-// so a replay rewrites an object with the same bytes. Files are read with
-// parquet-go (Decode, Reader).
+// so a replay rewrites an object with the same bytes. Files are read back
+// by its counterpart, the package's column reader (colread.go; Decode and
+// Reader): footer, then only the column chunks a candle needs, pages
+// decoded straight into the candles' fields. A file of a layout kandle
+// never wrote (OPTIONAL or nested columns, another encoding or codec) is
+// read with parquet-go's reader instead.
 //
 // Volumes are exact sums that may need up to 36 decimal places (a quote
 // volume keeps every digit of price × qty) and more than 38 digits, which no

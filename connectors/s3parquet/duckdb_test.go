@@ -48,7 +48,8 @@ ORDER BY k, ord`
 
 // TestDuckDB reads a lake object with an independent Parquet reader
 // (DuckDB, offline) and checks every value, the logical types and that
-// every column chunk is ZSTD-compressed.
+// every column chunk is ZSTD-compressed; kandle's column reader must read
+// the same values.
 func TestDuckDB(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -153,6 +154,18 @@ func TestDuckDB(t *testing.T) {
 			t.Fatalf("row %d: duckdb says\n %+v\nwant\n %+v\n(%s)", i, got, want[i], line)
 		}
 	}
+
+	// kandle's column reader reads the same object to the same candles.
+	d, err := newColDecoder(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cols, err := d.decodeBytes(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same(t, "the column reader, against DuckDB", cols, want)
 
 	// DuckDB's types, and an exact sum in DuckDB's own DECIMAL arithmetic.
 	var types map[string]string

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,7 @@ type Reader struct {
 	cfg    Config
 	client *s3.Client // nil for a file:// lake
 	loc    location
+	dec    *colDecoder
 
 	reads, bytes, lists atomic.Int64
 }
@@ -53,7 +55,11 @@ func NewReader(ctx context.Context, cfg Config, opts ...Option) (*Reader, error)
 	for _, opt := range opts {
 		opt(&o)
 	}
-	r := &Reader{cfg: cfg, loc: loc}
+	dec, err := newColDecoder(min(max(cfg.Concurrency, 1), runtime.GOMAXPROCS(0)))
+	if err != nil {
+		return nil, fmt.Errorf("s3parquet: %w", err)
+	}
+	r := &Reader{cfg: cfg, loc: loc, dec: dec}
 	if loc.isFile() {
 		return r, nil
 	}
@@ -100,7 +106,11 @@ func (r *Reader) Candles(ctx context.Context, symbol string, tf candle.Timeframe
 		slices.Reverse(parts)
 	}
 	conc := max(r.cfg.Concurrency, 1)
-	var out []candle.Candle
+	// Each object's candles are kept apart and copied once into the
+	// answer: appending a month of candles object by object made the
+	// slice regrow, which cost more than decoding them.
+	var objs [][]candle.Candle
+	total := 0
 	for start := 0; start < len(parts); start += conc {
 		batch := parts[start:min(start+conc, len(parts))]
 		res := make([][]candle.Candle, len(batch))
@@ -120,13 +130,28 @@ func (r *Reader) Candles(ctx context.Context, symbol string, tf candle.Timeframe
 			if newestFirst {
 				slices.Reverse(cs)
 			}
-			out = append(out, cs...)
-			if limit > 0 && len(out) >= limit {
-				return out[:limit], nil
+			objs = append(objs, cs)
+			if total += len(cs); limit > 0 && total >= limit {
+				return concat(objs, limit), nil
 			}
 		}
 	}
-	return out, nil
+	return concat(objs, total), nil
+}
+
+// concat returns the first n candles of objs, in order, in one slice.
+func concat(objs [][]candle.Candle, n int) []candle.Candle {
+	switch {
+	case n == 0:
+		return nil
+	case len(objs) == 1:
+		return objs[0][:n]
+	}
+	out := make([]candle.Candle, 0, n)
+	for _, cs := range objs {
+		out = append(out, cs[:min(len(cs), n-len(out))]...)
+	}
+	return out
 }
 
 // partition is one existing object of a series.
@@ -288,8 +313,39 @@ var candleColumns = []string{"open_time", "close_time", "open", "high", "low", "
 const firstOptionalColumn = 10
 
 // readPartition returns the candles of one partition object with open_time
-// in [from, to), oldest first.
+// in [from, to), oldest first, read by the column reader (colread.go): one
+// ranged read of the object's tail (its footer and, for a day of 1m
+// candles, the whole object), then at most one per row group for the
+// columns a candle needs. symbol and timeframe are the partition's.
 func (r *Reader) readPartition(ctx context.Context, symbol, tf string, p partition, from, to int64) ([]candle.Candle, error) {
+	obj, err := r.open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	get := func(off, n int64) ([]byte, error) {
+		b := make([]byte, n)
+		if _, err := obj.ReadAt(b, off); err != nil && !(errors.Is(err, io.EOF) && off+n == obj.size) {
+			return nil, err
+		}
+		return b, nil
+	}
+	cs, err := r.dec.read(get, obj.size, readRange{from: from, to: to})
+	if errors.Is(err, errLayout) {
+		return r.readPartitionGeneric(ctx, symbol, tf, p, from, to)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("s3parquet: %s: %w", p.key, err)
+	}
+	for i := range cs {
+		cs[i].Symbol, cs[i].Timeframe = symbol, tf
+	}
+	return cs, nil
+}
+
+// readPartitionGeneric is readPartition with parquet-go's reader, for a
+// file whose layout the column reader does not decode.
+func (r *Reader) readPartitionGeneric(ctx context.Context, symbol, tf string, p partition, from, to int64) ([]candle.Candle, error) {
 	key := p.key
 	obj, err := r.open(ctx, p)
 	if err != nil {

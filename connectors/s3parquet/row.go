@@ -146,9 +146,11 @@ const pageBytes = 64 << 10
 // errCorrupt marks an object that exists but is not a readable candle file.
 var errCorrupt = errors.New("not a readable candle parquet file")
 
-// Decode reads a Parquet file written by this package back into candles,
-// exactly (decimals included), in file order.
-func Decode(data []byte) ([]candle.Candle, error) {
+// decodeGeneric reads a Parquet file written by this package back into
+// candles with parquet-go's row reader, exactly (decimals included), in
+// file order: Decode's fallback for a layout the column reader does not
+// decode.
+func decodeGeneric(data []byte) ([]candle.Candle, error) {
 	f, err := parquet.OpenFile(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
