@@ -14,8 +14,10 @@ import (
 )
 
 // The lake's Parquet files are written column by column, straight from the
-// candles, by the writer in this file; parquet-go only reads them (Decode,
-// Reader). A file is what the package doc's column table says:
+// candles, by the writer in this file, and read back column by column by
+// the reader in colread.go (Decode, Reader; parquet-go's reader only for
+// layouts kandle never wrote). A file is what the package doc's column
+// table says:
 //
 //   - "PAR1", then per row group (row_group_rows rows at most) one column
 //     chunk per column in schema order, then the footer (FileMetaData in
