@@ -71,6 +71,9 @@ const fanoutPerSource = 20_000
 // fanoutSample: one client in this many parses its frames.
 const fanoutSample = 100
 
+// fanoutDialers is how many clients of a shard connect at once.
+const fanoutDialers = 64
+
 // TestMain turns this test binary into one of the fan-out benchmark's
 // processes when it is started as one.
 func TestMain(m *testing.M) {
@@ -180,7 +183,7 @@ func fanoutServer(arg string) error {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		fmt.Fprintf(w, "%d %d\n", ms.HeapInuse+ms.StackInuse, runtime.NumGoroutine())
+		fmt.Fprintf(w, "%d %d %d\n", ms.HeapInuse+ms.StackInuse, runtime.NumGoroutine(), ms.StackInuse)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour) // the benchmark's -timeout ends it sooner
 	var wg sync.WaitGroup
@@ -252,7 +255,8 @@ func (p *fanoutChild) expect(ctx context.Context, b *testing.B, prefix string) s
 // BenchmarkStreamFanout: 10,000 WebSocket clients (KANDLE_FANOUT_CLIENTS
 // sets another number) on loopback subscribed to one series; each
 // iteration publishes one update and waits until every client has it.
-// Reports messages/s, p50 and p99 delivery delay, server memory per client,
+// Reports messages/s, p50 and p99 delivery delay, server memory per client
+// (heap and stacks in use, and the stacks alone),
 // and how many server processes shared the clients (more than one only
 // where a process may not hold them all: see fanoutChild).
 //
@@ -295,7 +299,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute+time.Duration(clients/10_000)*2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute) // the -timeout flag ends a run sooner
 	defer cancel()
 	servers := make([]*fanoutChild, shards)
 	bases := make([]string, shards)
@@ -335,16 +339,18 @@ func BenchmarkStreamFanout(b *testing.B) {
 		}
 		return out
 	}
-	memOf := func() (m int64, g int) {
+	// memOf sums the servers' heap and stacks in use, goroutines and
+	// stacks alone.
+	memOf := func() (m int64, g int, st int64) {
 		for _, s := range all("/bench/mem") {
-			var mk int64
+			var mk, sk int64
 			var gk int
-			fmt.Sscan(s, &mk, &gk)
-			m, g = m+mk, g+gk
+			fmt.Sscan(s, &mk, &gk, &sk)
+			m, g, st = m+mk, g+gk, st+sk
 		}
-		return m, g
+		return m, g, st
 	}
-	mem0, _ := memOf()
+	mem0, _, stack0 := memOf()
 
 	dir := b.TempDir()
 	shardsOf := make([]*fanoutChild, shards)
@@ -355,7 +361,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 	for _, p := range shardsOf { // every snapshot arrived: all subscribed
 		p.expect(ctx, b, "READY")
 	}
-	mem1, goroutines := memOf()
+	mem1, goroutines, stack1 := memOf()
 	prefix := os.Getenv(fanoutProfileEnv)
 	if prefix != "" {
 		for k, p := range shardsOf {
@@ -398,6 +404,7 @@ func BenchmarkStreamFanout(b *testing.B) {
 	b.ReportMetric(float64(delays[len(delays)/2].Microseconds())/1000, "p50-delay-ms")
 	b.ReportMetric(float64(delays[len(delays)*99/100].Microseconds())/1000, "p99-delay-ms")
 	b.ReportMetric(float64(mem1-mem0)/float64(clients), "server-bytes/client")
+	b.ReportMetric(float64(stack1-stack0)/float64(clients), "server-stack-bytes/client")
 	b.ReportMetric(float64(goroutines), "server-goroutines")
 	b.ReportMetric(float64(clients), "clients")
 	b.ReportMetric(float64(shards), "server-procs")
@@ -442,8 +449,9 @@ func fanoutClientShard(arg string) error {
 		}
 	}
 	hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
-	// Connecting takes about a minute per 10,000 clients on a loaded VM.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute+time.Duration(n/10_000)*2*time.Minute)
+	// Under load, connecting is mostly waiting for the server's turn on a
+	// core, so the clients connect fanoutDialers at a time.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/v1/stream"
 	var received atomic.Int64
@@ -451,10 +459,12 @@ func fanoutClientShard(arg string) error {
 	var bad atomic.Pointer[string]
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	conns := make([]*websocket.Conn, 0, n)
+	conns := make([]*websocket.Conn, n)
 	defer func() {
 		for _, c := range conns {
-			c.CloseNow()
+			if c != nil {
+				c.CloseNow()
+			}
 		}
 	}()
 	watched := make(chan struct{})
@@ -481,19 +491,26 @@ func fanoutClientShard(arg string) error {
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()
-	for ci := range n {
-		c, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: hc})
-		if err == nil {
-			conns = append(conns, c)
-			err = c.Write(ctx, websocket.MessageText, []byte(subBTC))
-		}
-		if err != nil {
-			s := fmt.Sprintf("client %d of shard %d: %v", ci, shard, err)
-			bad.CompareAndSwap(nil, &s)
-			break
-		}
-		wg.Go(func() { fanoutClient(c, ci, ci%fanoutSample == 0, updates, arrivals, &received, &bad) })
+	var next atomic.Int64
+	var dialers sync.WaitGroup
+	for range fanoutDialers {
+		dialers.Go(func() {
+			for ci := int(next.Add(1) - 1); ci < n && bad.Load() == nil; ci = int(next.Add(1) - 1) {
+				c, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPClient: hc})
+				if err == nil {
+					conns[ci] = c
+					err = c.Write(ctx, websocket.MessageText, []byte(subBTC))
+				}
+				if err != nil {
+					s := fmt.Sprintf("client %d of shard %d: %v", ci, shard, err)
+					bad.CompareAndSwap(nil, &s)
+					return
+				}
+				wg.Go(func() { fanoutClient(c, ci, ci%fanoutSample == 0, updates, arrivals, &received, &bad) })
+			}
+		})
 	}
+	dialers.Wait()
 	var prof *os.File
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
