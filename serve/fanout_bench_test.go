@@ -179,6 +179,9 @@ func fanoutServer(arg string) error {
 			prof = nil
 		}
 	})
+	mux.HandleFunc("/bench/cpu", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, cpuTime())
+	})
 	mux.HandleFunc("/bench/mem", func(w http.ResponseWriter, r *http.Request) {
 		runtime.GC()
 		var ms runtime.MemStats
@@ -196,6 +199,15 @@ func fanoutServer(arg string) error {
 	srv.CloseClientConnections()
 	srv.Close()
 	return nil
+}
+
+// cpuTime is the process's CPU time so far (user and system), in ns.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // fanoutChild is one of the benchmark's child processes: what it prints,
@@ -255,8 +267,10 @@ func (p *fanoutChild) expect(ctx context.Context, b *testing.B, prefix string) s
 // BenchmarkStreamFanout: 10,000 WebSocket clients (KANDLE_FANOUT_CLIENTS
 // sets another number) on loopback subscribed to one series; each
 // iteration publishes one update and waits until every client has it.
-// Reports messages/s, p50 and p99 delivery delay, server memory per client
-// (heap and stacks in use, and the stacks alone),
+// Reports messages/s, p50 and p99 delivery delay, the CPU time the servers
+// and the clients spent per message in the timed loop (which, unlike the
+// rate, does not move with other processes' load), server memory per
+// client (heap and stacks in use, and the stacks alone),
 // and how many server processes shared the clients (more than one only
 // where a process may not hold them all: see fanoutChild).
 //
@@ -362,15 +376,27 @@ func BenchmarkStreamFanout(b *testing.B) {
 		p.expect(ctx, b, "READY")
 	}
 	mem1, goroutines, stack1 := memOf()
+	// cpuOf sums the servers' CPU time.
+	cpuOf := func() (ns int64) {
+		for _, s := range all("/bench/cpu") {
+			var c int64
+			fmt.Sscan(s, &c)
+			ns += c
+		}
+		return ns
+	}
+	for _, p := range shardsOf {
+		fmt.Fprintln(p.stdin, "start")
+	}
 	prefix := os.Getenv(fanoutProfileEnv)
 	if prefix != "" {
-		for k, p := range shardsOf {
-			fmt.Fprintln(p.stdin, "start")
+		for k := range shardsOf {
 			if _, err := get(k, "/bench/profile?to="+url.QueryEscape(fmt.Sprintf("%s.server.%d", prefix, k))); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
+	serverCPU0 := cpuOf()
 	// b.Loop runs this function once, so the clients connect once.
 	published := []int64{0} // unix ns before update i was asked for
 	updates := 0
@@ -383,13 +409,17 @@ func BenchmarkStreamFanout(b *testing.B) {
 		}
 	}
 	elapsed := b.Elapsed()
+	serverCPU := cpuOf()
 	if prefix != "" {
 		all("/bench/profile")
 	}
 	var delays []time.Duration
+	var clientCPU int64
 	for k, p := range shardsOf {
 		fmt.Fprintln(p.stdin, "stop")
-		p.expect(ctx, b, "DONE")
+		var c int64
+		fmt.Sscan(p.expect(ctx, b, "DONE "), &c)
+		clientCPU += c
 		raw, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("arrivals.%d", k)))
 		if err != nil || len(raw) != 8*sizes[k]*updates {
 			b.Fatalf("arrivals of shard %d: %d bytes for %d updates to %d clients, %v", k, len(raw), updates, sizes[k], err)
@@ -406,16 +436,19 @@ func BenchmarkStreamFanout(b *testing.B) {
 	b.ReportMetric(float64(mem1-mem0)/float64(clients), "server-bytes/client")
 	b.ReportMetric(float64(stack1-stack0)/float64(clients), "server-stack-bytes/client")
 	b.ReportMetric(float64(goroutines), "server-goroutines")
+	b.ReportMetric(float64(serverCPU-serverCPU0)/1000/float64(clients*updates), "server-cpu-us/msg")
+	b.ReportMetric(float64(clientCPU)/1000/float64(clients*updates), "client-cpu-us/msg")
 	b.ReportMetric(float64(clients), "clients")
 	b.ReportMetric(float64(shards), "server-procs")
 }
 
 // fanoutClientShard connects a shard's clients to its server and reports
 // on stdout: READY once every client has its snapshot, GOT i once every
-// client has update i, or BAD and why. On "start" from stdin it starts
-// its CPU profile (when fanoutProfileEnv is set); on "stop" it stops it,
-// writes each update's arrival time at each client (unix ns, little-endian
-// int64, update by update) and says DONE; it ends when stdin closes.
+// client has update i, or BAD and why. On "start" from stdin it notes its
+// CPU time and starts its CPU profile (when fanoutProfileEnv is set); on
+// "stop" it stops it, writes each update's arrival time at each client
+// (unix ns, little-endian int64, client by client) and says DONE and the
+// CPU time it spent since "start"; it ends when stdin closes.
 func fanoutClientShard(arg string) error {
 	var base, arrivalsTo string
 	var n, shard int
@@ -516,10 +549,12 @@ func fanoutClientShard(arg string) error {
 	}
 	dialers.Wait()
 	var prof *os.File
+	var cpu0 int64
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		switch sc.Text() {
 		case "start":
+			cpu0 = cpuTime()
 			prefix := os.Getenv(fanoutProfileEnv)
 			if prefix == "" {
 				continue
@@ -534,6 +569,7 @@ func fanoutClientShard(arg string) error {
 			}
 			prof = f
 		case "stop":
+			cpu1 := cpuTime()
 			if prof != nil {
 				pprof.StopCPUProfile()
 				prof.Close()
@@ -549,7 +585,7 @@ func fanoutClientShard(arg string) error {
 			if err := os.WriteFile(arrivalsTo, raw, 0o644); err != nil {
 				return err
 			}
-			say("DONE")
+			say("DONE %d", cpu1-cpu0)
 		}
 	}
 	return nil
