@@ -595,7 +595,8 @@ func fanoutClientShard(arg string) error {
 // the subscription's reply, the snapshot (counted in received) and the
 // updates, each counted in received with its arrival (unix ns) appended to
 // arrivals. A parsing client checks each update is the one published; the
-// first mismatch goes to bad.
+// first mismatch, or the server closing the connection, goes to bad (once
+// the shard stops, nobody reads bad any more).
 func fanoutClient(c *websocket.Conn, ci int, parse bool, arrivals *[]int64, received *atomic.Int64, bad *atomic.Pointer[string]) {
 	fail := func(format string, args ...any) {
 		s := fmt.Sprintf("client %d: "+format, append([]any{ci}, args...)...)
@@ -605,6 +606,7 @@ func fanoutClient(c *websocket.Conn, ci int, parse bool, arrivals *[]int64, rece
 	for frame := 0; ; frame++ {
 		_, r, err := c.Reader(context.Background()) // no deadline: ends with the connection
 		if err != nil {
+			fail("connection ended after %d frames: %v", frame, err)
 			return
 		}
 		buf = buf[:0]
