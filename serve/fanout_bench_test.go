@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -142,7 +143,13 @@ func fanoutServer(arg string) error {
 		return err
 	}
 	cfg.ClientQueue = 1024
-	s, err := New(Options{Config: cfg, Timeframes: map[string]candle.Timeframe{"1m": m1}, Live: mem, Feed: mem, Log: quiet()})
+	// Pings keep idle connections alive; they are not the fan-out. On the
+	// loaded development VM, 50,000 clients connecting took minutes and some
+	// missed the default 20 s pong, so the benchmark pings every 5 minutes.
+	cfg.PingInterval = 5 * time.Minute
+	// Why a client is disconnected goes to stderr (a run then fails).
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s, err := New(Options{Config: cfg, Timeframes: map[string]candle.Timeframe{"1m": m1}, Live: mem, Feed: mem, Log: log})
 	if err != nil {
 		return err
 	}
