@@ -505,17 +505,31 @@ func (c *client) writer(ctx context.Context) {
 // (the output topics' shape plus "vwap" and "final").
 func updateJSON(b []byte, u Update) []byte { return AppendCandle(b, &u.Candle, u.Final) }
 
-// pinger pings every ping_interval; a missing pong disconnects.
-func (c *client) pinger(ctx context.Context) {
+// startPinger pings the client every ping_interval; a missing pong
+// disconnects it. Between pings no goroutine waits for the next one: a
+// timer starts each ping (which waits a round trip for the pong) in a
+// goroutine of its own, so an idle client costs one goroutine fewer. The
+// returned stop ends the pings and waits for one in flight; ctx's end
+// cuts a ping short.
+func (c *client) startPinger(ctx context.Context) (stop func()) {
 	every := c.h.s.o.Config.PingInterval
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	var (
+		mu      sync.Mutex // orders the timer's callbacks with stop
+		stopped bool
+		pinging sync.WaitGroup
+		t       *time.Timer
+	)
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
 			return
-		case <-t.C:
 		}
+		pinging.Add(1)
+		mu.Unlock()
+		defer pinging.Done()
 		pctx, cancel := context.WithTimeout(ctx, every)
 		err := c.conn.Ping(pctx)
 		cancel()
@@ -525,6 +539,18 @@ func (c *client) pinger(ctx context.Context) {
 			}
 			return
 		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(every)
+		}
+		mu.Unlock()
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		pinging.Wait()
 	}
 }
 
@@ -577,9 +603,11 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	s.hub.mu.Unlock()
 	s.m.clients.Inc()
 	var wg sync.WaitGroup
+	stopPings := c.startPinger(ctx)
 	defer func() {
 		cancel()
 		wg.Wait()
+		stopPings()
 		c.mu.Lock()
 		c.dead = true
 		if c.reason == "" {
@@ -602,7 +630,6 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		conn.CloseNow()
 	}()
 	wg.Go(func() { c.writer(ctx) })
-	wg.Go(func() { c.pinger(ctx) })
 	for {
 		typ, data, err := conn.Read(ctx)
 		if err != nil {
