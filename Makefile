@@ -6,9 +6,10 @@ PKGS     := ./...
 # time: the crash harness and the emulator tests compete
 # for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
 # Inside a package, tests that mostly wait for the wall clock with servers of
-# their own call t.Parallel (cmd/kandle's wallClockTest, the TestKinesis
-# subtests): -parallel (GOMAXPROCS by default) of them run at once, which keeps
-# make test under ~10 minutes on 2 cores.
+# their own call t.Parallel (testkit.WallClockTest in cmd/kandle and engine,
+# the TestKinesis subtests): cmd/kandle runs four of them at once (its
+# TestMain, unless -parallel is given), the other packages -parallel
+# (GOMAXPROCS by default), which keeps make test near ~10 minutes on 2 cores.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
 .PHONY: build demo test race deps bench bench-core bench-peers bench-replay soak soak-outage lint docs chart-lib clean fuzz

@@ -343,7 +343,10 @@ var t0 = time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC)
 // same input exactly, and the 1m→5m rollup equals direct 5m aggregation.
 // Both in fused mode (c5m runs in c1m's transaction; c1h, whose input has
 // another partition count, reads its topic) and unfused.
-func TestLiveEqualsReplay(t *testing.T) { eachFuseMode(t, testLiveEqualsReplay) }
+func TestLiveEqualsReplay(t *testing.T) {
+	testkit.WallClockTest(t)
+	eachFuseMode(t, testLiveEqualsReplay)
+}
 
 func testLiveEqualsReplay(t *testing.T, mode string) {
 	f := newFixture(t)
@@ -403,6 +406,7 @@ func (f *fixture) checkFusedOffsets(mode string) {
 //
 // Both fused and unfused (see TestLiveEqualsReplay).
 func TestRestartResumesExactly(t *testing.T) {
+	testkit.WallClockTest(t)
 	eachFuseMode(t, func(t *testing.T, mode string) { testRestartResumesExactly(t, [3]string{mode, mode, mode}) })
 }
 
@@ -412,6 +416,7 @@ func TestRestartResumesExactly(t *testing.T) {
 // one that ran fused resumes its stage from the position its fused commits
 // kept, on the same disk and on an empty one.
 func TestFuseSwitchResumesExactly(t *testing.T) {
+	testkit.WallClockTest(t)
 	testRestartResumesExactly(t, [3]string{"unfused", "fused", "unfused"})
 }
 
@@ -422,6 +427,7 @@ func TestFuseSwitchResumesExactly(t *testing.T) {
 // makes in its first transaction, then carries on from memory. Nothing is
 // lost or doubled.
 func TestFusedTakesUnreadInput(t *testing.T) {
+	testkit.WallClockTest(t)
 	f := newFixture(t)
 	dir := t.TempDir()
 	setFuse(f.top, "unfused")
@@ -507,6 +513,18 @@ func clockAt(at time.Time) shiftedClock { return shiftedClock{off: time.Until(at
 // process (to SIGKILL it): with KANDLE_TEST_TOPOLOGY set, the test binary
 // runs that topology until it is killed or gets SIGTERM.
 func TestMain(m *testing.M) {
+	// The AWS SDK's default credential chain reads static test keys and a
+	// region from the environment, as an operator would point it at an
+	// emulator. They are set once here (before any child instance is
+	// started, which inherits them) rather than per test with t.Setenv,
+	// which a parallel test may not call.
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+		"AWS_REGION": "us-east-1"} {
+		if err := os.Setenv(k, v); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
 	if path := os.Getenv("KANDLE_TEST_TOPOLOGY"); path != "" {
 		os.Exit(runChild(path, os.Getenv("KANDLE_TEST_INSTANCE"), os.Getenv("KANDLE_TEST_STATE")))
 	}
@@ -538,6 +556,7 @@ func runChild(path, instance, stateDir string) int {
 // warm-up) and optionally a subset of partitions — writes exactly the
 // candles the live group wrote for that range.
 func TestReplayRangeEqualsLive(t *testing.T) {
+	testkit.WallClockTest(t)
 	f := newFixture(t)
 	// A sparse key that trades once, first: its gap candles after --from
 	// repeat a close from long before it, which only the warm-up can know.
@@ -616,6 +635,7 @@ func partitionKeys(t *testing.T, f *fixture, parts []int32) map[string]bool {
 // its input). The processor runs with the shipped idle_timeout, max_future
 // and lateness.
 func TestIdleAdvanceLiveOnly(t *testing.T) {
+	testkit.WallClockTest(t)
 	seeds := devBroker(t)
 	top, err := topology.Parse("idle.yaml", fmt.Appendf(nil, `
 name: idle

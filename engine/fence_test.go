@@ -34,6 +34,7 @@ func (c *settableClock) Set(t time.Time) { c.ms.Store(t.UnixMilli()) }
 // answers the zombie's heartbeats with "all is well", so only that check can
 // stop it. A fresh instance then closes the window exactly once.
 func TestZombieIdleAdvanceIsFenced(t *testing.T) {
+	testkit.WallClockTest(t)
 	var zombie atomic.Bool
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "trades"))
 	if err != nil {

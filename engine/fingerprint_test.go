@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -51,6 +52,7 @@ func (f *fixture) runFor(dir string, d time.Duration) error {
 // (the rules lateness, max_idle, idle_timeout, max_future) starts on the
 // existing state, is recorded, and the outputs stay exact.
 func TestIncompatibleTopologyEditIsRefused(t *testing.T) {
+	testkit.WallClockTest(t)
 	f := newFixture(t)
 	dir := t.TempDir()
 	// The engines run with the shipped defaults on a clock that ticks from
@@ -171,6 +173,7 @@ func writeVersion1(t *testing.T, f *fixture, top *topology.Topology) {
 // consumer group deleted, as the refusal says) takes the new settings: it
 // has nothing to mix them with. Its local state is dropped too.
 func TestResetProcessorTakesNewSettings(t *testing.T) {
+	testkit.WallClockTest(t)
 	f := newFixture(t)
 	dir := t.TempDir()
 	f.produce(1000, 1, t0, 20*time.Minute)
@@ -212,6 +215,7 @@ func TestResetProcessorTakesNewSettings(t *testing.T) {
 // compatible and recorded, so adding it back later is refused like any new
 // timeframe whose quiet marks the processor never wrote.
 func TestRollupTimeframesInFingerprint(t *testing.T) {
+	testkit.WallClockTest(t)
 	f := newFixture(t)
 	dir := t.TempDir()
 	f.produce(2000, 1, t0, 30*time.Minute)

@@ -27,6 +27,7 @@ import (
 // two quiet partitions, both close the same windows by the wall clock, and
 // every window must still reach the output exactly once.
 func TestMissedRevokeLeavesNoGhostIdleAdvance(t *testing.T) {
+	testkit.WallClockTest(t)
 	b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -20,6 +21,7 @@ import (
 // any ghost commit as a committed changelog record of the old owner's
 // transactional producer.)
 func TestNoGhostPartitionAfterAbortDuringRebalance(t *testing.T) {
+	testkit.WallClockTest(t)
 	r := newKfakeRig(t, 2)
 	var holdProduce atomic.Bool
 	var heldProduce atomic.Int64

@@ -193,6 +193,7 @@ func (r *kfakeRig) read(topic string) []string {
 // its watermark. Once they arrive and the partition is caught up and quiet
 // for idle_timeout, it advances, and nothing was late.
 func TestIdleAdvanceNotWhileBehind(t *testing.T) {
+	testkit.WallClockTest(t)
 	r := newKfakeRig(t, 1)
 	reg := prometheus.NewRegistry()
 	r.start("a", t.TempDir(), reg)
@@ -237,6 +238,7 @@ func TestIdleAdvanceNotWhileBehind(t *testing.T) {
 // after the last trade does not close windows at once. A caught-up quiet
 // partition then advances after idle_timeout of the new owner's wall time.
 func TestIdleAdvanceFreshOwnerWaitsIdleTimeout(t *testing.T) {
+	testkit.WallClockTest(t)
 	r := newKfakeRig(t, 1)
 	stopA := r.start("a", t.TempDir(), prometheus.NewRegistry())
 	r.trade(0, 1, time.Second)

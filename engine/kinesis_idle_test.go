@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	kkin "github.com/kandle/kandle/connectors/kinesis"
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -26,6 +27,7 @@ import (
 // exactly once. (It used to be logged and lost: the processor believed the
 // candle emitted.) Shipped defaults.
 func TestKinesisIdleAdvanceCommitFailureIsRetried(t *testing.T) {
+	testkit.WallClockTest(t)
 	kin, ddb := kinesisServices(t, "ticks:1")
 	r := newKfakeRig(t, 1)
 	path := filepath.Join(t.TempDir(), "kin.yaml")

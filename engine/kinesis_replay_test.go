@@ -41,6 +41,7 @@ dead_letter: {topic: kinrange.dlq}
 // layout that only ever received the records put before TIME: a full replay
 // of it must give the same candles and dead letters.
 func TestKinesisReplayToTime(t *testing.T) {
+	testkit.WallClockTest(t)
 	kin, client := kinesisMockClient(t, "ticks:2,before:2")
 	ctx := context.Background()
 	load := func(stream string) *topology.Topology {
@@ -139,6 +140,7 @@ dead_letter: {topic: kinhand.dlq}
 // candles included. Event times are set, not the clock's: the result is
 // the same on every run.
 func TestKinesisReplayHandsOverUntouchedKeys(t *testing.T) {
+	testkit.WallClockTest(t)
 	kin, client := kinesisMockClient(t, "dev:1")
 	ctx := context.Background()
 	top := loadTopologyText(t, fmt.Sprintf(kinesisReshardReplayTopology, kin.URL()))
@@ -215,7 +217,6 @@ func TestKinesisReplayHandsOverUntouchedKeys(t *testing.T) {
 // ("name:shards,…") and returns it with a client.
 func kinesisMockClient(t *testing.T, streams string) (*testkit.Service, *awskinesis.Client) {
 	t.Helper()
-	awsTestEnv(t)
 	kin := testkit.KinesisMock(t, streams)
 	client, _, err := kkin.NewClients(context.Background(), "us-east-1", kin.URL(), "")
 	if err != nil {

@@ -65,6 +65,7 @@ dead_letter: {topic: kres.dlq}
 // hands state over the same way); every silence level of every device fires
 // exactly once and each device recovers once, as in the replay.
 func TestKinesisReshardEveryKind(t *testing.T) {
+	testkit.WallClockTest(t)
 	top, path, seeds, client := kinesisSetup(t, "dev:2", kinesisKindsTopology)
 	ctx := context.Background()
 	const devices = 50

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/processors"
 )
 
@@ -47,6 +48,7 @@ dead_letter: {topic: ksil.dlq}
 // device fires exactly once, each device recovers once, and the events
 // equal a replay of the stream.
 func TestKinesisSilenceStateInPebbleAcrossRestarts(t *testing.T) {
+	testkit.WallClockTest(t)
 	top, _, seeds, client := kinesisSetup(t, "dev:1", kinesisSilenceTopology)
 	const devices = 20
 	var logs lockedBuffer

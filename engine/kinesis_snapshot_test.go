@@ -37,6 +37,7 @@ dead_letter: {topic: ksnap.dlq}
 // not from its start, so its takeover does not grow with history. The
 // candles stay equal to a replay across the takeover.
 func TestKinesisEmptyDiskRestoreReadsFromTheSnapshot(t *testing.T) {
+	testkit.WallClockTest(t)
 	top, _, seeds, client := kinesisSetup(t, "ticks:1", kinesisSnapshotTopology)
 	// Rounds of one trade of each of 600 keys, stamped with the wall
 	// clock: every round changes every key's state, so the changelog

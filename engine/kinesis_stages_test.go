@@ -32,6 +32,7 @@ dead_letter: {topic: kin2.dlq}
 // every shard and both make all their candles, equal to a replay of the
 // stream.
 func TestKinesisTwoStagesOneStream(t *testing.T) {
+	testkit.WallClockTest(t)
 	top, _, seeds, client := kinesisSetup(t, "ticks:2", kinesisTwoStages)
 	prod := startKinesisProducer(t, client, "ticks", 200, 0)
 	defer prod.stop()

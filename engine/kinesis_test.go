@@ -52,8 +52,15 @@ dead_letter: {topic: kin.dlq}
 // the stream, whether the instances poll the shards or read them with
 // enhanced fan-out (replay always polls).
 func TestKinesisSharedKilledAndResharded(t *testing.T) {
-	t.Run("Polling", func(t *testing.T) { testKinesisSharedKilledAndResharded(t, "") })
-	t.Run("FanOut", func(t *testing.T) { testKinesisSharedKilledAndResharded(t, ", enhanced_fan_out: kandle-kin") })
+	testkit.WallClockTest(t)
+	t.Run("Polling", func(t *testing.T) {
+		testkit.WallClockTest(t) // each subtest has its own emulators, broker and instances
+		testKinesisSharedKilledAndResharded(t, "")
+	})
+	t.Run("FanOut", func(t *testing.T) {
+		testkit.WallClockTest(t)
+		testKinesisSharedKilledAndResharded(t, ", enhanced_fan_out: kandle-kin")
+	})
 }
 
 // testKinesisSharedKilledAndResharded runs the scenario with extra settings
@@ -285,14 +292,6 @@ func tail(s string, n int) string {
 	return s
 }
 
-// awsTestEnv gives the AWS SDK the settings it reads from the environment
-// (static test credentials and a region) for the emulators.
-func awsTestEnv(t *testing.T) {
-	t.Setenv("AWS_ACCESS_KEY_ID", "test")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	t.Setenv("AWS_REGION", "us-east-1")
-}
-
 // kinesisSetup starts the services of a live Kinesis test (streams as for
 // kinesisServices) and a dev broker, and writes and loads topology: a
 // format taking the broker, the Kinesis and the DynamoDB endpoints, then
@@ -352,6 +351,5 @@ func (c *childInstance) kill(t *testing.T) {
 // with streams ("name:shards,...") and dynalite for its lease table.
 func kinesisServices(t *testing.T, streams string) (kin, ddb *testkit.Service) {
 	t.Helper()
-	awsTestEnv(t)
 	return testkit.KinesisMock(t, streams), testkit.Dynalite(t)
 }

@@ -167,6 +167,7 @@ func poisonSetup(t *testing.T) ([]string, *topology.Topology, poisonInput) {
 // A 900 kB record of control characters through a live stage: the stage
 // writes a truncated dead letter, commits and moves on to later records.
 func TestPoisonRecordLive(t *testing.T) {
+	testkit.WallClockTest(t)
 	seeds, top, in := poisonSetup(t)
 	f := &fixture{t: t, seeds: seeds, top: top}
 	r := f.start(t.TempDir(), "a")
@@ -177,6 +178,7 @@ func TestPoisonRecordLive(t *testing.T) {
 // The same input through `kandle replay` writing to the topics: the replay
 // finishes (no MESSAGE_TOO_LARGE) with the same dead letter and candles.
 func TestPoisonRecordReplay(t *testing.T) {
+	testkit.WallClockTest(t)
 	seeds, top, in := poisonSetup(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {

@@ -161,7 +161,10 @@ func sameSymbols(a, b map[string][]string, skip string) string {
 // c5m and c15m fused into c1m's stage (quiet marks handed to Rollup.Quiet
 // from memory) and as stages of their own (quiet records read from the
 // topics).
-func TestLiveRollupOfQuietKeys(t *testing.T) { eachFuseMode(t, testLiveRollupOfQuietKeys) }
+func TestLiveRollupOfQuietKeys(t *testing.T) {
+	testkit.WallClockTest(t)
+	eachFuseMode(t, testLiveRollupOfQuietKeys)
+}
 
 func testLiveRollupOfQuietKeys(t *testing.T, mode string) {
 	seeds := devBroker(t)
@@ -377,6 +380,7 @@ const kinesisDirect5m = `  d5m: {kind: candles, from: ticks, timeframe: 5m, max_
 // replay's direct 5m processor; Z, whose run only the wall clock ends, is
 // checked to close at all).
 func TestKinesisRollupOfQuietKeys(t *testing.T) {
+	testkit.WallClockTest(t)
 	kin, ddb := kinesisServices(t, "ticks:1")
 	seeds := devBroker(t)
 	load := func(extra string) *topology.Topology {
@@ -456,6 +460,7 @@ func TestKinesisRollupOfQuietKeys(t *testing.T) {
 // quiet records of c.1m, fed with its candles through a rollup, give the
 // replay's own 5m rollup.
 func TestReplayToTopicsWritesQuietRecords(t *testing.T) {
+	testkit.WallClockTest(t)
 	seeds := devBroker(t)
 	top, err := topology.Parse("quiet.yaml", fmt.Appendf(nil, quietTopology, seeds[0]), topology.Registry{Sinks: map[string]topology.SinkKind{
 		"memory": {Name: "memory", Doc: "test sink", New: func() any { return &struct{}{} }}}})

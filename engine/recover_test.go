@@ -67,6 +67,7 @@ dead_letter: {topic: trip.dlq}
 // instead of processed again. Every other record is counted exactly once,
 // and Run never returns.
 func TestProcessorPanicDeadLettersTheRecord(t *testing.T) {
+	testkit.WallClockTest(t)
 	seeds := devBroker(t)
 	top, err := topology.Parse("trip.yaml", fmt.Appendf(nil, tripTopology, seeds[0]),
 		topology.Registry{Processors: map[string]topology.ProcessorKind{"trip": tripKind{}}})
@@ -245,6 +246,7 @@ dead_letter: {topic: trip.dlq}
 // restores it from its last commit, and at the record's second panic the
 // record is dead-lettered instead.
 func TestKinesisProcessorPanicDeadLettersTheRecord(t *testing.T) {
+	testkit.WallClockTest(t)
 	kin, ddb := kinesisServices(t, "trades:1")
 	seeds := devBroker(t)
 	top, err := topology.Parse("trip.yaml", fmt.Appendf(nil, tripKinesisTopology, seeds[0], kin.URL(), ddb.URL()),
@@ -290,6 +292,7 @@ func TestKinesisProcessorPanicDeadLettersTheRecord(t *testing.T) {
 // stopping kandle, and the output equals a replay: nothing lost, nothing
 // doubled.
 func TestEndTxnFailureRebuildsTheStage(t *testing.T) {
+	testkit.WallClockTest(t)
 	for _, tc := range []struct {
 		name   string
 		commit bool // the broker commits the transaction the client reports failed

@@ -60,6 +60,7 @@ func replayInto(ctx context.Context, f *fixture, timeout time.Duration) (string,
 // still yields the whole range: replay waits for what the end offsets
 // promise instead of treating silence as the end.
 func TestReplayWaitsForSlowBroker(t *testing.T) {
+	testkit.WallClockTest(t)
 	const n = 3000
 	c, f := newStallCluster(t, n)
 	want, wp, err := replayInto(context.Background(), f, 0)
@@ -96,6 +97,7 @@ func TestReplayWaitsForSlowBroker(t *testing.T) {
 // A broker that stops answering in the middle fails the replay with a clear
 // error after the timeout instead of writing a partial result as if done.
 func TestReplayFailsWhenBrokerGoesSilent(t *testing.T) {
+	testkit.WallClockTest(t)
 	c, f := newStallCluster(t, 500)
 	c.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -138,6 +140,7 @@ func TestReplayFailsWhenBrokerUnreachable(t *testing.T) {
 // transaction was open when the replay took its end offsets). The broker
 // confirms it, and the replay finishes with everything visible.
 func TestReplayEndsOnAbortedTail(t *testing.T) {
+	testkit.WallClockTest(t)
 	const n = 200
 	_, f := newStallCluster(t, n)
 	ctx := context.Background()
@@ -184,6 +187,7 @@ func TestReplayEndsOnAbortedTail(t *testing.T) {
 // --processors writes only the named processors' candles, and a rollup's
 // are the same as in a full replay (its upstream still runs).
 func TestReplayOnlySomeProcessors(t *testing.T) {
+	testkit.WallClockTest(t)
 	_, f := newStallCluster(t, 1000)
 	all, _, err := replayInto(context.Background(), f, 0)
 	if err != nil {

@@ -40,6 +40,7 @@ dead_letter: {topic: rev.dlq}
 // trade is dead-lettered, and a replay of the same input writes the same
 // candles, revisions included.
 func TestRevisionsLiveMetricsAndReplay(t *testing.T) {
+	testkit.WallClockTest(t)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	trade := func(id int, at time.Duration, price string) *kgo.Record {
 		v := fmt.Sprintf(`{"symbol":"BTC","ts":%d,"price":"%s","qty":"1","trade_id":%d}`, t0.Add(at).UnixMilli(), price, id)
@@ -150,6 +151,7 @@ dead_letter: {topic: rk.dlq}
 // the newest revision of every window; a replay to topics writes the same
 // keys, partitions and candles.
 func TestRevisionsLiveWindowKeys(t *testing.T) {
+	testkit.WallClockTest(t)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	symbols := []string{"BTC", "ETH", "SOL", "ADA", "XRP", "DOT", "a@b", "LTC"}
 	id := 0

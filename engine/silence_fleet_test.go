@@ -17,6 +17,7 @@ import (
 // went silent for more than 3 days becomes unreachable exactly once, the
 // ones that came back recover exactly once, and healthy devices stay quiet.
 func TestDeviceFleetThroughDevicesTopology(t *testing.T) {
+	testkit.WallClockTest(t)
 	top, err := topology.Load(filepath.Join(testkit.RepoRoot(t), "testdata/topologies/devices.yaml"), topology.Registry{})
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ const snapshotMeta = "kandle.snapshot/1 "
 // snapshot's marker to its restore barrier, far fewer than the changelog
 // holds. Its candles then equal a replay of the input.
 func TestEmptyDiskRestoreReadsFromTheSnapshot(t *testing.T) {
+	testkit.WallClockTest(t)
 	testSnapshotTakeover(t, false)
 }
 
@@ -38,6 +39,7 @@ func TestEmptyDiskRestoreReadsFromTheSnapshot(t *testing.T) {
 // snapshots again, and a new owner on an empty disk still makes exactly
 // the replay's candles.
 func TestAbortedSnapshotIsInvisible(t *testing.T) {
+	testkit.WallClockTest(t)
 	testSnapshotTakeover(t, true)
 }
 

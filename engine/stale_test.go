@@ -21,6 +21,7 @@ import (
 // The window then closes with every trade, including one processed by
 // another instance after the local state was written.
 func TestStaleLocalStateIsRebuiltFromTheChangelog(t *testing.T) {
+	testkit.WallClockTest(t)
 	r := newKfakeRig(t, 1)
 	ctx := context.Background()
 	dirA := t.TempDir()

@@ -37,6 +37,7 @@ func kfakeFixture(t *testing.T) (*fixture, *kfake.Cluster) {
 // logged, counted and retried after a backoff, and once the broker answers
 // the stages start and produce the candles a replay gives.
 func TestStartupRetriesBrokerErrors(t *testing.T) {
+	testkit.WallClockTest(t)
 	f, c := kfakeFixture(t)
 	f.produce(3000, 7, t0, 40*time.Minute)
 	want := f.replay()
@@ -73,6 +74,7 @@ func TestStartupRetriesBrokerErrors(t *testing.T) {
 // What retrying cannot fix still ends Run at once, with the broker's
 // answer: here the brokers refuse to create a topic (a policy).
 func TestStartupRefusalEndsRun(t *testing.T) {
+	testkit.WallClockTest(t)
 	f, c := kfakeFixture(t)
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Err: kerr.PolicyViolation, Count: -1})
 	eng, err := engine.New(f.top, engine.WithStateDir(t.TempDir()), engine.WithInstanceID("a"))

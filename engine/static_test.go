@@ -16,6 +16,7 @@ import (
 
 	"github.com/kandle/kandle/connectors/kafka"
 	"github.com/kandle/kandle/engine"
+	"github.com/kandle/kandle/internal/testkit"
 	"github.com/kandle/kandle/topology"
 )
 
@@ -122,6 +123,7 @@ func assignment(t *testing.T, adm *kadm.Client, group, topic string) map[string]
 // stopped instance's partitions to the other in a new group session, so the
 // session count does see rebalances.
 func TestStaticMembershipRestartWithoutRebalance(t *testing.T) {
+	testkit.WallClockTest(t)
 	for _, static := range []bool{true, false} {
 		t.Run(fmt.Sprintf("static=%v", static), func(t *testing.T) {
 			b, err := kafka.StartDevBroker(kafka.WithListen("127.0.0.1:0"))

@@ -31,7 +31,7 @@ import (
 // KANDLE_SOAK=1 (make soak) runs 8 minutes of input; KANDLE_CRASH_SEED
 // repeats a run's choices of victims.
 func TestBrokerTroubleThroughProxies(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	span, catchUp := 60*time.Second, 3*time.Minute
 	if os.Getenv("KANDLE_SOAK") == "1" {
 		span, catchUp = 8*time.Minute, 10*time.Minute

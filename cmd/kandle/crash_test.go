@@ -718,7 +718,7 @@ func rng(t *testing.T) *rand.Rand {
 // (1.2 M records) through deepChain, a candle stage with seven rollups
 // above it, with ≥ 60 kills; KANDLE_CRASH_SEED repeats a run's actions.
 func TestCrashHarness(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	// Each kill waits for the groups to settle (the dead member's session,
 	// 6s), so 75s of input see about ten kills.
 	rate, span, minKills, catchUp, shape := genRate, 75*time.Second, 8, 3*time.Minute, shortChain

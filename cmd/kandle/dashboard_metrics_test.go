@@ -117,7 +117,7 @@ func scrapeSeries(url string) (map[string]bool, error) {
 // and the Prometheus alerts use is on its /metrics: a renamed or removed
 // metric cannot leave a panel or an alert silently empty.
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	used := usedSeries(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", testkit.FreePort(t))
 	h := newSXHarnessWith(t, func(top string) string {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kandle/kandle/internal/testkit"
 )
 
 // startProducing runs `kandle gen` producing span of real-time trades in
@@ -28,7 +30,7 @@ func startProducing(t *testing.T, c *cluster, span time.Duration) (wait func()) 
 // transaction must never become visible, it must stop writing and rejoin,
 // and the final outputs equal the replay.
 func TestZombieInstanceIsFenced(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	for _, n := range []string{"i1", "i2", "i3"} {
 		c.startInstance(n, true)
@@ -64,7 +66,7 @@ func TestZombieInstanceIsFenced(t *testing.T) {
 // transaction timeout aborts it; then the survivor owns every partition,
 // makes progress, and the outputs are exact.
 func TestDeadInstanceTransactionTimesOut(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	c.startInstance("i1", true)
 	c.startInstance("i2", true)
@@ -86,7 +88,7 @@ func TestDeadInstanceTransactionTimesOut(t *testing.T) {
 // and started again mid-stream. Instances reconnect and resume; nothing is
 // lost or doubled.
 func TestBrokerRestart(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, persistBroker: true})
 	c.startInstance("i1", true)
 	c.startInstance("i2", true)
@@ -109,7 +111,7 @@ func TestBrokerRestart(t *testing.T) {
 // others at once — far sooner than the session timeout, which is set to 45s
 // here so that only a clean LeaveGroup can explain a fast hand-over.
 func TestGracefulStopHandsOver(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newCluster(t, clusterOpts{sessionTimeout: 45 * time.Second, txnTimeout: 5 * time.Second})
 	c.startInstance("i1", true)
 	c.startInstance("i2", true)
@@ -149,7 +151,7 @@ func TestGracefulStopHandsOver(t *testing.T) {
 // the in-flight JoinGroup finish. The stop is still bounded: the engine
 // spends at most 5s ending its transaction and 5s leaving, then exits.
 func TestGracefulStopDuringRebalance(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second})
 	for _, n := range []string{"i1", "i2", "i3"} {
 		c.startInstance(n, true)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kandle/kandle/internal/testkit"
 )
 
 // The lake sink's partitions move between two instances twice while
@@ -20,7 +22,7 @@ import (
 // written by one owner at a time, so no update is lost or rolled back: the
 // lake equals the candle topics exactly, each candle once.
 func TestLakePartitionMovesMidFlush(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.s3.stop()
@@ -103,7 +105,7 @@ func TestLakePartitionMovesMidFlush(t *testing.T) {
 // address with its data: kandle run keeps running (its clients reconnect),
 // and every sink ends exact.
 func TestSinksSurviveBrokerRestart(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.startRun()
@@ -177,7 +179,7 @@ func (g *zombieGate) heldPUTs() int { g.mu.Lock(); defer g.mu.Unlock(); return g
 // Without conditional writes the late PUTs overwrite a's newer objects and
 // candles go missing.
 func TestLakeZombieWriterFenced(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	gate := &zombieGate{inner: h.s3.handler, release: make(chan struct{})}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kandle/kandle/internal/testkit"
 )
 
 // Live equals replay under faults, as shipped: a group of `kandle run`
@@ -37,7 +39,7 @@ import (
 // KANDLE_SOAK=1 (make soak) runs 10 minutes of input at twice the rate;
 // KANDLE_CRASH_SEED repeats a run's choices of victims.
 func TestLiveEqualsReplayUnderFaults(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	kcat, err := exec.LookPath("kcat")
 	if err != nil {
 		t.Fatal("kcat is not installed: run `bash scripts/test-deps.sh` (Debian package kcat)")

@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
+
+	"github.com/kandle/kandle/internal/testkit"
 )
 
 // asKandleEnv makes the test binary behave as the kandle binary.
@@ -39,22 +41,14 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 	}
-	os.Exit(m.Run())
-}
-
-// wallClockTest marks a test that spends its time waiting for the wall
-// clock (real-time input, paced backlogs, session and transaction
-// timeouts, idle_timeout, silence due times) with servers of its own — its
-// own dev broker and emulators on free ports, its own temp dirs, no
-// environment changes — so it runs alongside the other such tests instead
-// of after them. The waiting uses little CPU (two of these tests at once
-// keep less than two thirds of a core busy), and go test runs at most
-// -parallel of them at once (GOMAXPROCS by default: two on a 2-core
-// machine). `make soak` (KANDLE_SOAK=1) runs its long tests one at a time,
-// as before, so each soak has the machine to itself.
-func wallClockTest(t *testing.T) {
-	t.Helper()
-	if os.Getenv("KANDLE_SOAK") != "1" {
-		t.Parallel()
+	// The tests marked testkit.WallClockTest mostly wait for the wall clock
+	// (real-time input, paced backlogs, session and transaction timeouts,
+	// idle_timeout, silence due times) with servers and kandle processes of
+	// their own; two of them at once keep less than two thirds of a core
+	// busy, so four run at once.
+	if err := testkit.WallClockParallel(4); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
+	os.Exit(m.Run())
 }

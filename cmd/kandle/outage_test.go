@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kandle/kandle/internal/testkit"
 )
 
 // outageShape runs revise_within on its candle stages: c5s with a 15s → 1m
@@ -60,7 +62,7 @@ func TestOutageBacklogBecomesRevisions(t *testing.T) { testOutage(t, false) }
 func TestOutageBacklogBecomesRevisionsUnderKills(t *testing.T) { testOutage(t, true) }
 
 func testOutage(t *testing.T, kills bool) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newCluster(t, clusterOpts{sessionTimeout: minSessionTimeout, txnTimeout: 5 * time.Second, shape: outageShape, revisions: true})
 	sinks := c.startSinks()
 	c.startInstances(2)

@@ -47,7 +47,7 @@ func waitHTTP(t *testing.T, h *sxHarness, url string, within time.Duration, what
 // the brokers), logs why, and once everything is up it turns ready and
 // every sink catches up exactly: nothing lost, nothing doubled.
 func TestStartsBeforeItsStores(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.redis.Stop()

@@ -41,7 +41,7 @@ import (
 // 40 s of its minute, so it is still open (the idle advance closes it idle_timeout +
 // lateness after the minute ends) while serve's answers are compared.
 func TestServeEqualsTopics(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	cfg := sxStream(3000, 100*time.Minute)

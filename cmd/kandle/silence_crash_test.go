@@ -108,7 +108,7 @@ func sendReadings(t *testing.T, c *cluster, devs ...int) time.Time {
 // output that every level of every device fired exactly once, never
 // before its due time, and that a device reporting again recovers once.
 func TestSilenceCrashFiresOnce(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newSilenceCluster(t, silenceTopology)
 	send := func(devs ...int) time.Time { return sendReadings(t, c, devs...) }
 	all := make([]int, 24)

@@ -54,7 +54,7 @@ sinks:
 // recovery, and the DynamoDB (dynalite) and Valkey (redis-server) sinks end
 // with one item per device and event and each device's latest status.
 func TestSilenceEndToEndSinks(t *testing.T) {
-	wallClockTest(t) // the child kandle run's credentials: see TestMain
+	testkit.WallClockTest(t) // the child kandle run's credentials: see TestMain
 	ddb := testkit.Dynalite(t)
 	rds := testkit.Redis(t)
 	c := newSilenceCluster(t, silenceSinksTopology, ddb.URL(), rds.Addr)

@@ -15,7 +15,7 @@ import (
 // also after a SIGKILL and restart (its timer is gone from the state the
 // new process restores), while the other devices fire every level once.
 func TestSilenceTombstoneRetires(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	c := newSilenceCluster(t, silenceTopology)
 	c.startInstance("a", true)
 	sendReadings(t, c, 0, 1, 2)

@@ -21,7 +21,7 @@ import (
 // and the foreign key is left alone. (A rejection at flush time used to end
 // the sink stage and with it the process.)
 func TestSinkRejectionIsContained(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	cfg := sxStream(1500, 130*time.Minute)
@@ -116,7 +116,7 @@ func (h *sxHarness) rejectedProblems(want map[string]bool) []string {
 // reading that topic dead-letters it with reason malformed_json, its topic,
 // partition and offset, and goes on.
 func TestSinkDeadLettersUnreadableCandle(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarness(t)
 	defer h.shutdown()
 	h.startRun()

@@ -706,7 +706,7 @@ func (h *sxHarness) waitSinks(want map[string]candle.Candle, ledger map[string]s
 // Every candle on the output topics reaches every sink exactly, the ledger
 // holds each valid trade once, and live subscribers see every final 1m candle.
 func TestSinksThroughTopology(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	start := time.Now()
 	h := newSXHarness(t)
 	defer h.shutdown()
@@ -971,7 +971,7 @@ func firstDiff(a, b []string) string {
 // so "nothing lost" is checked exactly: whatever a sink stage had not
 // flushed and committed before the outage must be redelivered and written.
 func TestSinksSurviveOutages(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	start := time.Now()
 	h := newSXHarness(t)
 	defer h.shutdown()

@@ -24,7 +24,7 @@ import (
 // trade to max_idle after its last), the ledger holds each valid trade once,
 // and no trade was dead-lettered late.
 func TestSinksRealTime(t *testing.T) {
-	wallClockTest(t)
+	testkit.WallClockTest(t)
 	h := newSXHarnessWith(t, func(top string) string {
 		for _, r := range [][2]string{
 			{"timeframe: 1m, max_idle: 10m,", "timeframe: 1s, max_idle: 3s,"},

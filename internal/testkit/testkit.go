@@ -83,9 +83,14 @@ type Service struct {
 // URL returns "http://" + Addr.
 func (s *Service) URL() string { return "http://" + s.Addr }
 
+// startTimeout bounds how long Start waits for a server to be ready.
+const startTimeout = 120 * time.Second
+
 // Start runs bin with args (and extra env) in its own process group, waits
-// until ready returns nil (up to 30 s), and stops the process group by pid at
-// test cleanup. Output goes to a log file that is printed if the test fails.
+// until ready returns nil (up to startTimeout: kinesis-mock, 9 MB of
+// JavaScript, takes half a minute to start on a loaded machine), and stops
+// the process group by pid at test cleanup. Output goes to a log file that
+// is printed if the test fails.
 func Start(t testing.TB, name, addr string, ready func() error, bin string, args []string, env ...string) *Service {
 	t.Helper()
 	path, err := exec.LookPath(bin)
@@ -115,7 +120,7 @@ func Start(t testing.TB, name, addr string, ready func() error, bin string, args
 		}
 		logf.Close()
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(startTimeout)
 	for {
 		select {
 		case err := <-exited:
@@ -127,7 +132,7 @@ func Start(t testing.TB, name, addr string, ready func() error, bin string, args
 		if err := ready(); err == nil {
 			return s
 		} else if time.Now().After(deadline) {
-			t.Fatalf("testkit: %s not ready at %s after 30s: %v", name, addr, err)
+			t.Fatalf("testkit: %s not ready at %s after %v: %v", name, addr, startTimeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
