@@ -3,19 +3,35 @@
 // encoding/json aggregator, and a Goka processor (LevelDB storage, a
 // persisted group table). It produces the trades once, runs each contestant
 // from the start of the topic in its own consumer group, and prints one
-// table of trades/s and ratios.
+// table of trades/s and ratios, then kandle's ratio to each peer.
 //
-//	go run . -n 10000000 -only kandle,naive  # the recorded comparison without Goka
-//	go run . -n 1000000                      # all three (Goka needs minutes)
-//	go run . -n 1000000 -runs 3              # three interleaved rounds
+//	go run . -n 10000000 -runs 3 -only kandle,naive  # the recorded comparison without Goka
+//	go run . -n 1000000                              # all three (Goka needs minutes)
+//	go run . -n 1000000 -fuse=false                  # kandle's rollups as stages of their own
+//	go run . -n 10000000 -only kandle,goka -cleaner 10s -maxrss 7000
+//
+// kandle runs its topology's default: every rollup fused into the stage of
+// the processor it reads (fed its candles in memory, in one exactly-once
+// unit; each level's candles are still produced to its topic). -fuse=false
+// makes every rollup a stage of its own that reads its input topic.
 //
 // Each contestant's clock starts when it is started and stops when it has
 // processed every trade, so start-up is part of the figure; choose -n so
-// that it is small against the run. "Processed" is, for kandle and Goka,
-// that their consumer group has committed every input offset (kandle
-// commits exactly once in its transactions, Goka after the state update and
-// the emitted candles are acknowledged); the naive consumer counts the
-// records it has handled, flushes its produced candles and commits.
+// that it is small against the run. "Processed" is, for kandle, that every
+// one of its stages (the 1m stage, and with -fuse=false every rollup too)
+// has committed every offset of its input, exactly once in its
+// transactions, all seen in one look: a fused rollup commits what it
+// computed in the transaction of its stage, so the stage's group stands
+// for it. For Goka it is that its group has committed every input offset
+// (after the state update and the emitted candles are acknowledged); the
+// naive consumer counts the records it has handled, flushes its produced
+// candles and commits.
+//
+// The in-process broker keeps every record in memory, and compacts the
+// compacted topics (Goka's group table changelog, one record per trade;
+// kandle's changelogs) only hourly by default: -cleaner sets how often, as
+// a real broker's log cleaner would, and -maxrss stops the run before the
+// process outgrows the machine.
 package main
 
 import (
@@ -50,6 +66,9 @@ type config struct {
 	broker     string
 	timeout    time.Duration
 	cpuprofile string
+	fuse       bool
+	cleaner    time.Duration
+	maxRSS     int64
 }
 
 func main() {
@@ -63,6 +82,9 @@ func main() {
 	flag.StringVar(&c.broker, "broker", "", "an external broker (e.g. `kandle dev-broker`) instead of the in-process one")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a contestant's run after this long")
 	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each contestant's run to `prefix`.<contestant>.<round>.prof")
+	flag.BoolVar(&c.fuse, "fuse", true, "run kandle's rollups fused (fed in memory by the processor they read, in its exactly-once unit: the default of a topology); false: each rollup a stage of its own, reading its input topic")
+	flag.DurationVar(&c.cleaner, "cleaner", 0, "compact the broker's compacted topics (Goka's group table, kandle's changelogs) this often, as a real broker's log cleaner does (0: the in-process broker's default, hourly); bounds the broker's memory in long Goka runs")
+	flag.Int64Var(&c.maxRSS, "maxrss", 0, "stop with an error when the process's resident memory passes this many MiB (0: no limit)")
 	flag.Parse()
 	if err := run(context.Background(), c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
@@ -93,11 +115,23 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		defer b.Close()
 		seeds = b.Addrs()
 	}
+	if c.cleaner > 0 {
+		if err := setCleaner(ctx, seeds, c.cleaner); err != nil {
+			return err
+		}
+	}
+	if c.maxRSS > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := watchRSS(ctx, c.maxRSS<<20, cancel)
+		defer stop()
+	}
 	if err := produce(ctx, seeds, c); err != nil {
 		return err
 	}
 	all := map[string]contestant{
-		"kandle": {"kandle", runKandle(c.partitions)},
+		"kandle": {"kandle", runKandle(c.partitions, c.fuse)},
 		"naive":  {"naive", runNaive},
 		"goka":   {"goka", runGoka(c.partitions)},
 	}
@@ -124,13 +158,16 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			if perr := stopProfile(); err == nil {
 				err = perr
 			}
+			if cause := context.Cause(ctx); cause != nil {
+				err = cause
+			}
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", ct.name, r+1, err)
 			}
 			rate, cpuRate := float64(c.n)/el.Seconds(), float64(c.n)/cpu.Seconds()
 			rates[ct.name] = append(rates[ct.name], rate)
 			cpuRates[ct.name] = append(cpuRates[ct.name], cpuRate)
-			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s %12.0f trades/cpu-s%s\n", r+1, ct.name, el.Seconds(), rate, cpuRate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)))
+			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s %12.0f trades/cpu-s%s, rss %s\n", r+1, ct.name, el.Seconds(), rate, cpuRate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)), rss())
 		}
 	}
 	return table(out, c, cs, rates, cpuRates)
@@ -160,13 +197,16 @@ func produce(ctx context.Context, seeds []string, c config) error {
 	if err != nil {
 		return fmt.Errorf("produce the trades: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "produced %d trades over %d symbols in %s\n", n, c.symbols, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "produced %d trades over %d symbols in %s, rss %s\n", n, c.symbols, time.Since(start).Round(time.Millisecond), rss())
 	return nil
 }
 
-// waitCommitted polls the group's lag every 20 ms until the group has
-// committed every offset of the topics it consumes, or run returns first.
-func waitCommitted(ctx context.Context, cl *kgo.Client, group string, run <-chan error) error {
+// waitCommitted polls the groups' lag every 20 ms until every group has
+// committed every offset of the topics it consumes, all in one look (the
+// committed offsets are fetched before the end offsets, so a stage that is
+// done is never judged against an input its upstream is still writing),
+// or run returns first.
+func waitCommitted(ctx context.Context, cl *kgo.Client, groups []string, run <-chan error) error {
 	adm := kadm.NewClient(cl)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -178,11 +218,17 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, run <-chan
 			return ctx.Err()
 		case <-tick.C:
 		}
-		lag, err := adm.Lag(ctx, group)
+		lag, err := adm.Lag(ctx, groups...)
 		if err != nil {
 			continue
 		}
-		if l, ok := lag[group]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
+		caughtUp := true
+		for _, g := range groups {
+			if l, ok := lag[g]; !ok || len(l.Lag) == 0 || l.Lag.Total() != 0 {
+				caughtUp = false
+			}
+		}
+		if caughtUp {
 			return nil
 		}
 	}
@@ -244,13 +290,18 @@ func median(rs []float64) float64 {
 // table prints the median rate of each contestant and its ratio to the
 // others, and the median trades per CPU-second of the process (contestant
 // and in-process broker), which a loaded machine disturbs less than the
-// wall clock.
+// wall clock; then kandle's ratio to each peer: of the medians, per round
+// (the contestants of a round ran one after the other) and per CPU-second.
 func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string][]float64) error {
 	med := map[string]float64{}
 	for name, rs := range rates {
 		med[name] = median(rs)
 	}
-	fmt.Fprintf(out, "%d trades, %d symbols, %d partitions, %d round(s); median trades/s\n", c.n, c.symbols, c.partitions, c.runs)
+	mode := "fused"
+	if !c.fuse {
+		mode = "unfused"
+	}
+	fmt.Fprintf(out, "%d trades, %d symbols, %d partitions, %d round(s), kandle's rollups %s; median trades/s\n", c.n, c.symbols, c.partitions, c.runs, mode)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "contestant\ttrades/s\t")
 	for _, ct := range cs {
@@ -268,7 +319,25 @@ func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string]
 		}
 		fmt.Fprintf(w, "%s\t%.0f\t\n", strings.Join(rs, " "), median(cpuRates[a.name]))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	k, ok := rates["kandle"]
+	if !ok {
+		return nil
+	}
+	for _, b := range cs {
+		if b.name == "kandle" {
+			continue
+		}
+		var rounds []string
+		for i, r := range rates[b.name] {
+			rounds = append(rounds, fmt.Sprintf("%.2f×", k[i]/r))
+		}
+		fmt.Fprintf(out, "kandle ÷ %s: %.2f× trades/s (rounds %s), %.2f× trades/cpu-s\n", b.name, med["kandle"]/med[b.name],
+			strings.Join(rounds, " "), median(cpuRates["kandle"])/median(cpuRates[b.name]))
+	}
+	return nil
 }
 
 // quiet is the logger for the contestants: errors only.
