@@ -158,6 +158,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			if perr := stopProfile(); err == nil {
 				err = perr
 			}
+			if pe, ok := errors.AsType[progressError](err); ok {
+				if n, _ := pe.progress(); n > 0 {
+					fmt.Fprintf(os.Stderr, "round %d: %-6s given up after %.3fs with %d trades committed: %.0f trades/s, %.0f trades/cpu-s so far, rss %s\n",
+						r+1, ct.name, el.Seconds(), n, float64(n)/el.Seconds(), float64(n)/cpu.Seconds(), rss())
+				}
+			}
 			if cause := context.Cause(ctx); cause != nil {
 				err = cause
 			}
@@ -210,18 +216,20 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, groups []string, run <-c
 	adm := kadm.NewClient(cl)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	var last kadm.DescribedGroupLags
 	for {
 		select {
 		case err := <-run:
 			return fmt.Errorf("stopped before the end of the stream: %w", err)
 		case <-ctx.Done():
-			return ctx.Err()
+			return progressError{err: ctx.Err(), lag: last}
 		case <-tick.C:
 		}
 		lag, err := adm.Lag(ctx, groups...)
 		if err != nil {
 			continue
 		}
+		last = lag
 		caughtUp := true
 		for _, g := range groups {
 			if l, ok := lag[g]; !ok || len(l.Lag) == 0 || l.Lag.Total() != 0 {
@@ -232,6 +240,34 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, groups []string, run <-c
 			return nil
 		}
 	}
+}
+
+// progressError is a run given up before its groups caught up, with how
+// far the first of them (a peer's only group, kandle's first stage) had
+// committed its input when last seen.
+type progressError struct {
+	err error
+	lag kadm.DescribedGroupLags
+}
+
+func (e progressError) Error() string {
+	committed, end := e.progress()
+	return fmt.Sprintf("%v, with %d of %d input records committed", e.err, committed, end)
+}
+
+func (e progressError) Unwrap() error { return e.err }
+
+func (e progressError) progress() (committed, end int64) {
+	for _, name := range e.lag.Sorted() {
+		for _, ps := range name.Lag {
+			for _, l := range ps {
+				committed += max(l.Commit.At, 0)
+				end += l.End.Offset
+			}
+		}
+		break
+	}
+	return committed, end
 }
 
 // emitted says how many candles a peer produced to topic (the naive peer and
