@@ -327,7 +327,8 @@ func median(rs []float64) float64 {
 // others, and the median trades per CPU-second of the process (contestant
 // and in-process broker), which a loaded machine disturbs less than the
 // wall clock; then kandle's ratio to each peer: of the medians, per round
-// (the contestants of a round ran one after the other) and per CPU-second.
+// (the contestants of a round ran one after the other) with the median of
+// those, and of the medians per CPU-second.
 func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string][]float64) error {
 	med := map[string]float64{}
 	for name, rs := range rates {
@@ -367,11 +368,13 @@ func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string]
 			continue
 		}
 		var rounds []string
+		var ratios []float64
 		for i, r := range rates[b.name] {
+			ratios = append(ratios, k[i]/r)
 			rounds = append(rounds, fmt.Sprintf("%.2f×", k[i]/r))
 		}
-		fmt.Fprintf(out, "kandle ÷ %s: %.2f× trades/s (rounds %s), %.2f× trades/cpu-s\n", b.name, med["kandle"]/med[b.name],
-			strings.Join(rounds, " "), median(cpuRates["kandle"])/median(cpuRates[b.name]))
+		fmt.Fprintf(out, "kandle ÷ %s: %.2f× trades/s (of the medians; per round %s, their median %.2f×), %.2f× trades/cpu-s\n", b.name,
+			med["kandle"]/med[b.name], strings.Join(rounds, " "), median(ratios), median(cpuRates["kandle"])/median(cpuRates[b.name]))
 	}
 	return nil
 }
