@@ -70,7 +70,8 @@ bench-core:
 ## bench-peers: kandle (rollups fused, the default) vs a naive franz-go consumer and Goka (LevelDB), same
 ## broker, same trades, contestants interleaved; prints trades/s, trades/CPU-s and kandle's ratios
 ## (PEERS_N trades, default 1 M: Goka takes minutes; PEERS_N=10000000 PEERS_RUNS=3 PEERS_ONLY=kandle,naive
-## for the recorded run; PEERS_FLAGS for more, e.g. -fuse=false, -cleaner 10s -maxrss 7000, -cpuprofile p)
+## for the recorded run; PEERS_ONLY=kandle,kandle-unfused compares fused and unfused rollups; PEERS_FLAGS for
+## more, e.g. -cleaner 10s -maxrss 7000, -cpuprofile p)
 PEERS_N     ?= 1000000
 PEERS_RUNS  ?= 1
 PEERS_ONLY  ?= kandle,naive,goka

@@ -7,18 +7,19 @@
 //
 //	go run . -n 10000000 -runs 3 -only kandle,naive  # the recorded comparison without Goka
 //	go run . -n 1000000                              # all three (Goka needs minutes)
-//	go run . -n 1000000 -fuse=false                  # kandle's rollups as stages of their own
+//	go run . -n 2000000 -runs 3 -only kandle,kandle-unfused  # fused against unfused rollups
 //	go run . -n 10000000 -only kandle,goka -cleaner 10s -maxrss 7000
 //
 // kandle runs its topology's default: every rollup fused into the stage of
 // the processor it reads (fed its candles in memory, in one exactly-once
-// unit; each level's candles are still produced to its topic). -fuse=false
-// makes every rollup a stage of its own that reads its input topic.
+// unit; each level's candles are still produced to its topic).
+// kandle-unfused runs the same topology with fuse: false on every rollup:
+// each a stage of its own that reads its input topic.
 //
 // Each contestant's clock starts when it is started and stops when it has
 // processed every trade, so start-up is part of the figure; choose -n so
 // that it is small against the run. "Processed" is, for kandle, that every
-// one of its stages (the 1m stage, and with -fuse=false every rollup too)
+// one of its stages (the 1m stage, and unfused every rollup too)
 // has committed every offset of its input, exactly once in its
 // transactions, all seen in one look: a fused rollup commits what it
 // computed in the transaction of its stage, so the stage's group stands
@@ -66,7 +67,6 @@ type config struct {
 	broker     string
 	timeout    time.Duration
 	cpuprofile string
-	fuse       bool
 	cleaner    time.Duration
 	maxRSS     int64
 }
@@ -78,11 +78,10 @@ func main() {
 	flag.DurationVar(&c.span, "span", 0, "event-time span of the stream (0: 7.2 ms of event time per trade, like BenchmarkEndToEnd's dense stream)")
 	flag.IntVar(&c.partitions, "partitions", 2, "partitions of the trades topic")
 	flag.IntVar(&c.runs, "runs", 1, "rounds; each round runs every contestant once, in turn")
-	flag.StringVar(&c.only, "only", "kandle,naive,goka", "contestants, comma separated")
+	flag.StringVar(&c.only, "only", "kandle,naive,goka", "contestants, comma separated: kandle, kandle-unfused, naive, goka")
 	flag.StringVar(&c.broker, "broker", "", "an external broker (e.g. `kandle dev-broker`) instead of the in-process one")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a contestant's run after this long")
 	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each contestant's run to `prefix`.<contestant>.<round>.prof")
-	flag.BoolVar(&c.fuse, "fuse", true, "run kandle's rollups fused (fed in memory by the processor they read, in its exactly-once unit: the default of a topology); false: each rollup a stage of its own, reading its input topic")
 	flag.DurationVar(&c.cleaner, "cleaner", 0, "compact the broker's compacted topics (Goka's group table, kandle's changelogs) this often, as a real broker's log cleaner does (0: the in-process broker's default, hourly); bounds the broker's memory in long Goka runs")
 	flag.Int64Var(&c.maxRSS, "maxrss", 0, "stop with an error when the process's resident memory passes this many MiB (0: no limit)")
 	flag.Parse()
@@ -131,15 +130,16 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		return err
 	}
 	all := map[string]contestant{
-		"kandle": {"kandle", runKandle(c.partitions, c.fuse)},
-		"naive":  {"naive", runNaive},
-		"goka":   {"goka", runGoka(c.partitions)},
+		"kandle":         {"kandle", runKandle(c.partitions, true)},
+		"kandle-unfused": {"kandle-unfused", runKandle(c.partitions, false)},
+		"naive":          {"naive", runNaive},
+		"goka":           {"goka", runGoka(c.partitions)},
 	}
 	var cs []contestant
 	for _, name := range strings.Split(c.only, ",") {
 		ct, ok := all[strings.TrimSpace(name)]
 		if !ok {
-			return fmt.Errorf("unknown contestant %q (choose from kandle, naive, goka)", name)
+			return fmt.Errorf("unknown contestant %q (choose from kandle, kandle-unfused, naive, goka)", name)
 		}
 		cs = append(cs, ct)
 	}
@@ -334,11 +334,7 @@ func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string]
 	for name, rs := range rates {
 		med[name] = median(rs)
 	}
-	mode := "fused"
-	if !c.fuse {
-		mode = "unfused"
-	}
-	fmt.Fprintf(out, "%d trades, %d symbols, %d partitions, %d round(s), kandle's rollups %s; median trades/s\n", c.n, c.symbols, c.partitions, c.runs, mode)
+	fmt.Fprintf(out, "%d trades, %d symbols, %d partitions, %d round(s); median trades/s\n", c.n, c.symbols, c.partitions, c.runs)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(w, "contestant\ttrades/s\t")
 	for _, ct := range cs {
