@@ -160,7 +160,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			}
 			if pe, ok := errors.AsType[progressError](err); ok {
 				if n, _ := pe.progress(); n > 0 {
-					fmt.Fprintf(os.Stderr, "round %d: %-6s given up after %.3fs with %d trades committed: %.0f trades/s, %.0f trades/cpu-s so far, rss %s\n",
+					fmt.Fprintf(os.Stderr, "round %d: %-14s given up after %.3fs with %d trades committed: %.0f trades/s, %.0f trades/cpu-s so far, rss %s\n",
 						r+1, ct.name, el.Seconds(), n, float64(n)/el.Seconds(), float64(n)/cpu.Seconds(), rss())
 				}
 			}
@@ -173,7 +173,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			rate, cpuRate := float64(c.n)/el.Seconds(), float64(c.n)/cpu.Seconds()
 			rates[ct.name] = append(rates[ct.name], rate)
 			cpuRates[ct.name] = append(cpuRates[ct.name], cpuRate)
-			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s %12.0f trades/cpu-s%s, rss %s\n", r+1, ct.name, el.Seconds(), rate, cpuRate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)), rss())
+			fmt.Fprintf(os.Stderr, "round %d: %-14s %8.3fs %12.0f trades/s %12.0f trades/cpu-s%s, rss %s\n", r+1, ct.name, el.Seconds(), rate, cpuRate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)), rss())
 		}
 	}
 	return table(out, c, cs, rates, cpuRates)
