@@ -8,7 +8,7 @@
 //	go run . -n 10000000 -runs 3 -only kandle,naive  # the recorded comparison without Goka
 //	go run . -n 1000000                              # all three (Goka needs minutes)
 //	go run . -n 2000000 -runs 3 -only kandle,kandle-unfused  # fused against unfused rollups
-//	go run . -n 10000000 -only kandle,goka -cleaner 10s -maxrss 7000
+//	go run . -n 10000000 -only kandle,goka -cleaner 10s -maxrss 7000 -timeout 100m
 //
 // kandle runs its topology's default: every rollup fused into the stage of
 // the processor it reads (fed its candles in memory, in one exactly-once
