@@ -68,13 +68,17 @@ bench: deps
 bench-core:
 	bash scripts/bench-core.sh
 
-## bench-peers: kandle vs a naive franz-go consumer and Goka (LevelDB), same broker, same trades
-## (PEERS_N trades, default 1 M: Goka takes minutes; PEERS_ONLY=kandle,naive PEERS_N=10000000 for the long run)
-PEERS_N    ?= 1000000
-PEERS_RUNS ?= 1
-PEERS_ONLY ?= kandle,naive,goka
+## bench-peers: kandle (rollups fused, the default) vs a naive franz-go consumer and Goka (LevelDB), same
+## broker, same trades, contestants interleaved; prints trades/s, trades/CPU-s and kandle's ratios
+## (PEERS_N trades, default 1 M: Goka takes minutes; PEERS_N=10000000 PEERS_RUNS=3 PEERS_ONLY=kandle,naive
+## for the recorded run; PEERS_ONLY=kandle,kandle-unfused compares fused and unfused rollups; PEERS_FLAGS for
+## more, e.g. -cleaner 10s -maxrss 7000, -cpuprofile p)
+PEERS_N     ?= 1000000
+PEERS_RUNS  ?= 1
+PEERS_ONLY  ?= kandle,naive,goka
+PEERS_FLAGS ?=
 bench-peers:
-	cd bench/peers && $(GO) run . -n $(PEERS_N) -runs $(PEERS_RUNS) -only $(PEERS_ONLY)
+	cd bench/peers && $(GO) run . -n $(PEERS_N) -runs $(PEERS_RUNS) -only $(PEERS_ONLY) $(PEERS_FLAGS)
 
 ## bench-replay: `kandle replay` of REPLAY_N trades (default 10 M) through 1m + 7 rollups: trades/s and peak RSS
 bench-replay:

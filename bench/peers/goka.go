@@ -89,7 +89,7 @@ func runGoka(partitions int) func(ctx context.Context, seeds []string, group str
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- p.Run(ctx) }()
-		if err := waitCommitted(ctx, cl, group, done); err != nil {
+		if err := waitCommitted(ctx, cl, []string{group}, done); err != nil {
 			return err
 		}
 		cancel()

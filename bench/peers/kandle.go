@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -32,11 +33,25 @@ processors:
 dead_letter: {topic: %[1]s.dlq}
 `
 
-// runKandle runs the engine in this process until its 1m stage has committed
-// (exactly once) every input offset, the way BenchmarkEndToEnd measures.
-func runKandle(partitions int) func(ctx context.Context, seeds []string, group string, n int) error {
+// runKandle runs the engine in this process until every processor has
+// caught up: every stage's consumer group has committed (exactly once)
+// every offset of its input, all in one look, the way BenchmarkEndToEnd
+// measures. A processor fused into a stage (a rollup fed in memory by the
+// processor it reads, in one exactly-once unit) has no group of its own:
+// what it computed from an input record commits in the transaction that
+// commits that record's offset in its stage's group, so the stage's group
+// stands for it. With fuse false every rollup is a stage of its own, and
+// the clock waits for the last of them.
+func runKandle(partitions int, fuse bool) func(ctx context.Context, seeds []string, group string, n int) error {
 	return func(ctx context.Context, seeds []string, group string, n int) error {
 		top, err := topology.Parse("peers.yaml", fmt.Appendf(nil, kandleTopology, group, seeds[0], partitions), topology.Registry{})
+		if err != nil {
+			return err
+		}
+		for _, p := range top.Processors {
+			p.Fuse = fuse
+		}
+		groups, err := stageGroups(top)
 		if err != nil {
 			return err
 		}
@@ -58,10 +73,27 @@ func runKandle(partitions int) func(ctx context.Context, seeds []string, group s
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- eng.Run(ctx) }()
-		if err := waitCommitted(ctx, cl, top.Group+".1m", done); err != nil {
+		if err := waitCommitted(ctx, cl, groups, done); err != nil {
 			return fmt.Errorf("the engine: %w", err)
 		}
 		cancel()
 		return <-done
 	}
+}
+
+// stageGroups lists the consumer groups of top's stages, in no particular
+// order: every processor's but those fused into another's stage.
+func stageGroups(top *topology.Topology) ([]string, error) {
+	fused, err := engine.FusedInto(top)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name := range top.Processors {
+		if _, ok := fused[name]; !ok {
+			out = append(out, top.Group+"."+name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }

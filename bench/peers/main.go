@@ -3,19 +3,36 @@
 // encoding/json aggregator, and a Goka processor (LevelDB storage, a
 // persisted group table). It produces the trades once, runs each contestant
 // from the start of the topic in its own consumer group, and prints one
-// table of trades/s and ratios.
+// table of trades/s and ratios, then kandle's ratio to each peer.
 //
-//	go run . -n 10000000 -only kandle,naive  # the recorded comparison without Goka
-//	go run . -n 1000000                      # all three (Goka needs minutes)
-//	go run . -n 1000000 -runs 3              # three interleaved rounds
+//	go run . -n 10000000 -runs 3 -only kandle,naive  # the recorded comparison without Goka
+//	go run . -n 1000000                              # all three (Goka needs minutes)
+//	go run . -n 2000000 -runs 3 -only kandle,kandle-unfused  # fused against unfused rollups
+//	go run . -n 10000000 -only kandle,goka -cleaner 10s -maxrss 7000 -timeout 100m
+//
+// kandle runs its topology's default: every rollup fused into the stage of
+// the processor it reads (fed its candles in memory, in one exactly-once
+// unit; each level's candles are still produced to its topic).
+// kandle-unfused runs the same topology with fuse: false on every rollup:
+// each a stage of its own that reads its input topic.
 //
 // Each contestant's clock starts when it is started and stops when it has
 // processed every trade, so start-up is part of the figure; choose -n so
-// that it is small against the run. "Processed" is, for kandle and Goka,
-// that their consumer group has committed every input offset (kandle
-// commits exactly once in its transactions, Goka after the state update and
-// the emitted candles are acknowledged); the naive consumer counts the
-// records it has handled, flushes its produced candles and commits.
+// that it is small against the run. "Processed" is, for kandle, that every
+// one of its stages (the 1m stage, and unfused every rollup too)
+// has committed every offset of its input, exactly once in its
+// transactions, all seen in one look: a fused rollup commits what it
+// computed in the transaction of its stage, so the stage's group stands
+// for it. For Goka it is that its group has committed every input offset
+// (after the state update and the emitted candles are acknowledged); the
+// naive consumer counts the records it has handled, flushes its produced
+// candles and commits.
+//
+// The in-process broker keeps every record in memory, and compacts the
+// compacted topics (Goka's group table changelog, one record per trade;
+// kandle's changelogs) only hourly by default: -cleaner sets how often, as
+// a real broker's log cleaner would, and -maxrss stops the run before the
+// process outgrows the machine.
 package main
 
 import (
@@ -50,6 +67,8 @@ type config struct {
 	broker     string
 	timeout    time.Duration
 	cpuprofile string
+	cleaner    time.Duration
+	maxRSS     int64
 }
 
 func main() {
@@ -59,10 +78,12 @@ func main() {
 	flag.DurationVar(&c.span, "span", 0, "event-time span of the stream (0: 7.2 ms of event time per trade, like BenchmarkEndToEnd's dense stream)")
 	flag.IntVar(&c.partitions, "partitions", 2, "partitions of the trades topic")
 	flag.IntVar(&c.runs, "runs", 1, "rounds; each round runs every contestant once, in turn")
-	flag.StringVar(&c.only, "only", "kandle,naive,goka", "contestants, comma separated")
+	flag.StringVar(&c.only, "only", "kandle,naive,goka", "contestants, comma separated: kandle, kandle-unfused, naive, goka")
 	flag.StringVar(&c.broker, "broker", "", "an external broker (e.g. `kandle dev-broker`) instead of the in-process one")
 	flag.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up a contestant's run after this long")
 	flag.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of each contestant's run to `prefix`.<contestant>.<round>.prof")
+	flag.DurationVar(&c.cleaner, "cleaner", 0, "compact the broker's compacted topics (Goka's group table, kandle's changelogs) this often, as a real broker's log cleaner does (0: the in-process broker's default, hourly); bounds the broker's memory in long Goka runs")
+	flag.Int64Var(&c.maxRSS, "maxrss", 0, "stop with an error when the process's resident memory passes this many MiB (0: no limit)")
 	flag.Parse()
 	if err := run(context.Background(), c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "peers:", err)
@@ -93,19 +114,32 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		defer b.Close()
 		seeds = b.Addrs()
 	}
+	if c.cleaner > 0 {
+		if err := setCleaner(ctx, seeds, c.cleaner); err != nil {
+			return err
+		}
+	}
+	if c.maxRSS > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		stop := watchRSS(ctx, c.maxRSS<<20, cancel)
+		defer stop()
+	}
 	if err := produce(ctx, seeds, c); err != nil {
 		return err
 	}
 	all := map[string]contestant{
-		"kandle": {"kandle", runKandle(c.partitions)},
-		"naive":  {"naive", runNaive},
-		"goka":   {"goka", runGoka(c.partitions)},
+		"kandle":         {"kandle", runKandle(c.partitions, true)},
+		"kandle-unfused": {"kandle-unfused", runKandle(c.partitions, false)},
+		"naive":          {"naive", runNaive},
+		"goka":           {"goka", runGoka(c.partitions)},
 	}
 	var cs []contestant
 	for _, name := range strings.Split(c.only, ",") {
 		ct, ok := all[strings.TrimSpace(name)]
 		if !ok {
-			return fmt.Errorf("unknown contestant %q (choose from kandle, naive, goka)", name)
+			return fmt.Errorf("unknown contestant %q (choose from kandle, kandle-unfused, naive, goka)", name)
 		}
 		cs = append(cs, ct)
 	}
@@ -124,13 +158,22 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			if perr := stopProfile(); err == nil {
 				err = perr
 			}
+			if pe, ok := errors.AsType[progressError](err); ok {
+				if n, _ := pe.progress(); n > 0 {
+					fmt.Fprintf(os.Stderr, "round %d: %-14s given up after %.3fs with %d trades committed: %.0f trades/s, %.0f trades/cpu-s so far, rss %s\n",
+						r+1, ct.name, el.Seconds(), n, float64(n)/el.Seconds(), float64(n)/cpu.Seconds(), rss())
+				}
+			}
+			if cause := context.Cause(ctx); cause != nil {
+				err = cause
+			}
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", ct.name, r+1, err)
 			}
 			rate, cpuRate := float64(c.n)/el.Seconds(), float64(c.n)/cpu.Seconds()
 			rates[ct.name] = append(rates[ct.name], rate)
 			cpuRates[ct.name] = append(cpuRates[ct.name], cpuRate)
-			fmt.Fprintf(os.Stderr, "round %d: %-6s %8.3fs %12.0f trades/s %12.0f trades/cpu-s%s\n", r+1, ct.name, el.Seconds(), rate, cpuRate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)))
+			fmt.Fprintf(os.Stderr, "round %d: %-14s %8.3fs %12.0f trades/s %12.0f trades/cpu-s%s, rss %s\n", r+1, ct.name, el.Seconds(), rate, cpuRate, emitted(ctx, seeds, fmt.Sprintf("%s-%d.candles", ct.name, r)), rss())
 		}
 	}
 	return table(out, c, cs, rates, cpuRates)
@@ -160,32 +203,71 @@ func produce(ctx context.Context, seeds []string, c config) error {
 	if err != nil {
 		return fmt.Errorf("produce the trades: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "produced %d trades over %d symbols in %s\n", n, c.symbols, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "produced %d trades over %d symbols in %s, rss %s\n", n, c.symbols, time.Since(start).Round(time.Millisecond), rss())
 	return nil
 }
 
-// waitCommitted polls the group's lag every 20 ms until the group has
-// committed every offset of the topics it consumes, or run returns first.
-func waitCommitted(ctx context.Context, cl *kgo.Client, group string, run <-chan error) error {
+// waitCommitted polls the groups' lag every 20 ms until every group has
+// committed every offset of the topics it consumes, all in one look (the
+// committed offsets are fetched before the end offsets, so a stage that is
+// done is never judged against an input its upstream is still writing),
+// or run returns first.
+func waitCommitted(ctx context.Context, cl *kgo.Client, groups []string, run <-chan error) error {
 	adm := kadm.NewClient(cl)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	var last kadm.DescribedGroupLags
 	for {
 		select {
 		case err := <-run:
 			return fmt.Errorf("stopped before the end of the stream: %w", err)
 		case <-ctx.Done():
-			return ctx.Err()
+			return progressError{err: ctx.Err(), lag: last}
 		case <-tick.C:
 		}
-		lag, err := adm.Lag(ctx, group)
+		lag, err := adm.Lag(ctx, groups...)
 		if err != nil {
 			continue
 		}
-		if l, ok := lag[group]; ok && len(l.Lag) > 0 && l.Lag.Total() == 0 {
+		last = lag
+		caughtUp := true
+		for _, g := range groups {
+			if l, ok := lag[g]; !ok || len(l.Lag) == 0 || l.Lag.Total() != 0 {
+				caughtUp = false
+			}
+		}
+		if caughtUp {
 			return nil
 		}
 	}
+}
+
+// progressError is a run given up before its groups caught up, with how
+// far the first of them (a peer's only group, kandle's first stage) had
+// committed its input when last seen.
+type progressError struct {
+	err error
+	lag kadm.DescribedGroupLags
+}
+
+func (e progressError) Error() string {
+	committed, end := e.progress()
+	return fmt.Sprintf("%v, with %d of %d input records committed", e.err, committed, end)
+}
+
+func (e progressError) Unwrap() error { return e.err }
+
+func (e progressError) progress() (committed, end int64) {
+	for _, name := range e.lag.Sorted() {
+		for _, ps := range name.Lag {
+			for _, l := range ps {
+				committed += max(l.Commit.At, 0)
+				end += l.End.Offset
+			}
+		}
+		break
+	}
+	return committed, end
 }
 
 // emitted says how many candles a peer produced to topic (the naive peer and
@@ -244,7 +326,9 @@ func median(rs []float64) float64 {
 // table prints the median rate of each contestant and its ratio to the
 // others, and the median trades per CPU-second of the process (contestant
 // and in-process broker), which a loaded machine disturbs less than the
-// wall clock.
+// wall clock; then kandle's ratio to each peer: of the medians, per round
+// (the contestants of a round ran one after the other) with the median of
+// those, and of the medians per CPU-second.
 func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string][]float64) error {
 	med := map[string]float64{}
 	for name, rs := range rates {
@@ -268,7 +352,27 @@ func table(out io.Writer, c config, cs []contestant, rates, cpuRates map[string]
 		}
 		fmt.Fprintf(w, "%s\t%.0f\t\n", strings.Join(rs, " "), median(cpuRates[a.name]))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	k, ok := rates["kandle"]
+	if !ok {
+		return nil
+	}
+	for _, b := range cs {
+		if b.name == "kandle" {
+			continue
+		}
+		var rounds []string
+		var ratios []float64
+		for i, r := range rates[b.name] {
+			ratios = append(ratios, k[i]/r)
+			rounds = append(rounds, fmt.Sprintf("%.2f×", k[i]/r))
+		}
+		fmt.Fprintf(out, "kandle ÷ %s: %.2f× trades/s (of the medians; per round %s, their median %.2f×), %.2f× trades/cpu-s\n", b.name,
+			med["kandle"]/med[b.name], strings.Join(rounds, " "), median(ratios), median(cpuRates["kandle"])/median(cpuRates[b.name]))
+	}
+	return nil
 }
 
 // quiet is the logger for the contestants: errors only.
