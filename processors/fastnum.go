@@ -3,7 +3,6 @@ package processors
 import (
 	"encoding/binary"
 	"math/bits"
-	"strconv"
 
 	"github.com/kandle/kandle/decimal"
 )
@@ -110,28 +109,4 @@ func (f fixed) mul(g fixed) (decimal.Decimal, bool) {
 		return decimal.Zero, false
 	}
 	return fixed{lo, dp}.decimal(), true
-}
-
-// appendDecimal is strconv.AppendUint(b, n, 10), the eight low digits of an
-// n of 9 to 16 digits (the trade ids of today's exchanges) written at once.
-func appendDecimal(b []byte, n uint64) []byte {
-	if n < 1e8 || n >= 1e16 {
-		return strconv.AppendUint(b, n, 10)
-	}
-	b = strconv.AppendUint(b, n/1e8, 10)
-	return binary.LittleEndian.AppendUint64(b, eightASCII(uint32(n%1e8)))
-}
-
-// eightASCII returns x < 10^8 as eight ASCII digits, the most significant
-// in the low byte (little-endian memory order), zero-padded: x/10^4 and
-// x%10^4 in 32-bit lanes, each split into hundreds in 16-bit lanes, each
-// of those into tens in bytes, by multiplications that divide exactly in
-// the lanes' ranges.
-func eightASCII(x uint32) uint64 {
-	merged := uint64(x/10000) | uint64(x%10000)<<32
-	top := ((merged * 10486) >> 20) & (0x7f<<32 | 0x7f) // ÷100 per lane (< 10^4)
-	hundreds := (merged-100*top)<<16 + top
-	tens := ((hundreds * 103) >> 10) & (0xf<<48 | 0xf<<32 | 0xf<<16 | 0xf) // ÷10 per lane (< 100)
-	tens += (hundreds - 10*tens) << 8
-	return tens + 0x3030303030303030
 }

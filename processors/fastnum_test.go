@@ -1,7 +1,6 @@
 package processors
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -152,37 +151,4 @@ func randomDigits(rng *rand.Rand, maxLen, strayOneIn int) []byte {
 		}
 	}
 	return b
-}
-
-func TestAppendDecimal(t *testing.T) {
-	stride := func(x uint32) uint32 {
-		if x < 20_000 {
-			return 1
-		}
-		return 997
-	}
-	// Every x below 20,000 (all the lanes' values), then a stride over the rest.
-	for x := uint32(0); x < 1e8; x += stride(x) {
-		var b, want [8]byte
-		binary.LittleEndian.PutUint64(b[:], eightASCII(x))
-		d := strconv.AppendUint(nil, uint64(x), 10)
-		copy(want[:], "00000000")
-		copy(want[8-len(d):], d)
-		if b != want {
-			t.Fatalf("eightASCII(%d) = %q, want %q", x, b[:], want[:])
-		}
-	}
-	ns := []uint64{0, 1, 9, 10, 99999999, 1e8, 1e8 + 1, 123456789, 9999999999999999, 1e16, 1<<64 - 1}
-	for p := uint64(1); p < 1e19; p *= 10 {
-		ns = append(ns, p-1, p, p+1)
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for range 100_000 {
-		ns = append(ns, rng.Uint64()>>rng.IntN(64))
-	}
-	for _, n := range ns {
-		if got, want := appendDecimal([]byte("x"), n), strconv.AppendUint([]byte("x"), n, 10); string(got) != string(want) {
-			t.Fatalf("appendDecimal(%d) = %q, want %q", n, got, want)
-		}
-	}
 }

@@ -185,9 +185,9 @@ func (w *window) flushNums() {
 	}
 	// Room for all of them at once: none is longer than the last (largest).
 	var d [20]byte
-	w.unsaved = slices.Grow(w.unsaved, len(add)*(1+len(appendDecimal(d[:0], add[len(add)-1]))))
+	w.unsaved = slices.Grow(w.unsaved, len(add)*(1+len(strconv.AppendUint(d[:0], add[len(add)-1], 10))))
 	for _, n := range add {
-		id := appendDecimal(d[:0], n)
+		id := strconv.AppendUint(d[:0], n, 10)
 		w.unsaved = append(binary.AppendUvarint(w.unsaved, uint64(len(id))), id...)
 	}
 	w.saved = len(w.nums)
