@@ -129,8 +129,8 @@ type keyState struct {
 	hasNum              bool
 	started             bool // had a trade; nextOpen/lastTS are valid
 	dirty, act, deleted bool
-	wins                []*window // open windows with trades, by open time
 
+	wins      []*window // open windows with trades, by open time
 	hasPrev   bool
 	prevClose decimal.Decimal // close of the last emitted candle
 	prevTS    int64           // largest event time of the emitted windows' trades (when hasPrev)

@@ -179,14 +179,8 @@ func (w *window) appendNum(id string, n uint64) {
 // flushNums appends the ids appendNum added since the last flush to
 // unsaved, as addParsedID would have: uvarint length, then the decimal.
 func (w *window) flushNums() {
-	add := w.nums[w.saved:]
-	if len(add) == 0 {
-		return
-	}
-	// Room for all of them at once: none is longer than the last (largest).
-	var d [20]byte
-	w.unsaved = slices.Grow(w.unsaved, len(add)*(1+len(strconv.AppendUint(d[:0], add[len(add)-1], 10))))
-	for _, n := range add {
+	for _, n := range w.nums[w.saved:] {
+		var d [20]byte
 		id := strconv.AppendUint(d[:0], n, 10)
 		w.unsaved = append(binary.AppendUvarint(w.unsaved, uint64(len(id))), id...)
 	}
