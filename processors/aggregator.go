@@ -112,30 +112,28 @@ type Aggregator struct {
 	vbuf    []byte
 }
 
-// keyState is everything the aggregator knows about one key. The fields
-// every trade reads or writes come first, together: a trade of a key not
-// touched for a while misses the cache on as few lines as they fill.
+// keyState is everything the aggregator knows about one key.
 type keyState struct {
-	key                 string
-	cur                 *window // the window of the last trade while it is open, else nil
-	curOpen, curClose   int64   // window of the last trade (cache)
-	maxNum              uint64  // ≥ every numeric trade id the open windows hold (when hasNum)
-	lastTS              int64   // largest event time of the key's trades
-	nextOpen            int64   // gap fill: the next window to emit
-	nextClose           int64
-	pending             int64 // close time that makes this key emit next
-	hidx                int   // index in the heap, -1 when not scheduled
-	admitted            bool  // a trade of it passed the decoder's key check (restored keys have not)
-	hasNum              bool
-	started             bool // had a trade; nextOpen/lastTS are valid
-	dirty, act, deleted bool
-
+	key       string
 	wins      []*window // open windows with trades, by open time
+	started   bool      // had a trade; nextOpen/lastTS are valid
+	nextOpen  int64     // gap fill: the next window to emit
+	nextClose int64
 	hasPrev   bool
 	prevClose decimal.Decimal // close of the last emitted candle
+	lastTS    int64           // largest event time of the key's trades
 	prevTS    int64           // largest event time of the emitted windows' trades (when hasPrev)
-	dropped   []droppedWin    // emitted windows whose id chunks must be deleted
-	lastN     int             // trades in the key's last emitted window (a size hint)
+
+	pending             int64        // close time that makes this key emit next
+	hidx                int          // index in the heap, -1 when not scheduled
+	dropped             []droppedWin // emitted windows whose id chunks must be deleted
+	curOpen, curClose   int64        // window of the last trade (cache)
+	cur                 *window      // that window while it is open, else nil
+	dirty, act, deleted bool
+	admitted            bool // a trade of it passed the decoder's key check (restored keys have not)
+	hasNum              bool
+	maxNum              uint64 // ≥ every numeric trade id the open windows hold (when hasNum)
+	lastN               int    // trades in the key's last emitted window (a size hint)
 
 	// Quiet: the key's run ended; every window opening before quietAt is
 	// emitted, and the next QuietMark is at quietNext.

@@ -212,8 +212,11 @@ func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
 		}
 		w.fidOK = true
 	}
-	if !w.lidOK { // written since: a new close trade (an equal id is rare)
-		w.lidS, w.lidOK = string(w.lid), true
+	if !w.lidOK {
+		if string(w.lid) != w.lidS {
+			w.lidS = string(w.lid)
+		}
+		w.lidOK = true
 	}
 	return candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
 		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n,
@@ -229,7 +232,6 @@ func (a *Aggregator) newWindow(open, close int64) *window {
 		a.winPool = a.winPool[:n-1]
 	} else {
 		w = new(window)
-		w.lid = w.lidBuf[:0] // reset keeps it
 	}
 	w.open, w.close = open, close
 	return w

@@ -12,37 +12,30 @@ import (
 )
 
 // window is one open (not yet emitted) window of one key, with the trade
-// ids it counted when dedupe is on. The fields every trade of an open
-// window touches come first, together; the last trade id is kept inline
-// (lidBuf) when it is short.
+// ids it counted when dedupe is on.
 type window struct {
 	open, close int64
-	n           int64
-	cTS         int64 // event time of the close trade
-	c, h, l     decimal.Decimal
+	o, h, l, c  decimal.Decimal
+	oTS, cTS    int64 // event times of the open and close trades
 	v, q        decimal.Sum
-	lid         []byte   // id of the close trade (empty: none); reused, lidBuf while it fits
-	nums        []uint64 // canonical decimal ids ("123") while they arrive ascending
-	lidOK       bool     // see fidOK
-	lidBuf      [23]byte
-	o           decimal.Decimal
-	oTS         int64 // event time of the open trade
+	n           int64
 	// Taker buy volumes, counted when tk: the decoder maps a side and the
 	// window saw every trade's (a window restored from state written
 	// before sides were kept has not, and reports none).
 	tk       bool
 	tbv, tbq decimal.Sum
-	fid      []byte // id of the open trade (empty: none); reused
+	fid, lid []byte // ids of the open and close trades (empty: none); reused
 	// fidS and lidS are fid and lid as the strings last handed out in a
 	// candle: the live path (Active) asks again and again, mostly for an
 	// unchanged first id. fidOK and lidOK say fid and lid were not written
 	// since (every write clears them; a reset window has neither).
-	fidS, lidS string
-	fidOK      bool
-	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
-	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
-	longIDs    map[string]struct{}
-	unsaved    []byte // ids added since the last Changes, each uvarint length + bytes
+	fidS, lidS   string
+	fidOK, lidOK bool
+	nums         []uint64            // canonical decimal ids ("123") while they arrive ascending
+	numIDs       map[uint64]struct{} // canonical decimal ids that arrived out of order
+	ids          map[idKey]struct{}  // other short ids, stored inline (no allocation)
+	longIDs      map[string]struct{}
+	unsaved      []byte // ids added since the last Changes, each uvarint length + bytes
 	// saved is how many of nums are in unsaved or were saved before: the
 	// ids appendNum adds go to unsaved by position (flushNums, at the next
 	// Changes or the next id added otherwise), in the order they came.
