@@ -87,3 +87,4 @@ func TestIDChunksKeepArrivalOrder(t *testing.T) {
 }
 
 func head(s []string) []string { return s[:min(len(s), 8)] }
+
