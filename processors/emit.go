@@ -206,17 +206,11 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 }
 
 func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
-	if !w.fidOK {
-		if string(w.fid) != w.fidS { // compared without a copy
-			w.fidS = string(w.fid)
-		}
-		w.fidOK = true
+	if string(w.fid) != w.fidS { // compared without a copy
+		w.fidS = string(w.fid)
 	}
-	if !w.lidOK {
-		if string(w.lid) != w.lidS {
-			w.lidS = string(w.lid)
-		}
-		w.lidOK = true
+	if string(w.lid) != w.lidS {
+		w.lidS = string(w.lid)
 	}
 	return candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
 		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n,

@@ -212,7 +212,7 @@ func (w *window) rebuild() {
 	w.o, w.h, w.l, w.c = decimal.Decimal{}, decimal.Decimal{}, decimal.Decimal{}, decimal.Decimal{}
 	w.oTS, w.cTS, w.n = 0, 0, 0
 	w.v, w.q, w.tbv, w.tbq = decimal.Sum{}, decimal.Sum{}, decimal.Sum{}, decimal.Sum{}
-	w.fid, w.lid, w.fidOK, w.lidOK = w.fid[:0], w.lid[:0], false, false
+	w.fid, w.lid = w.fid[:0], w.lid[:0]
 	for i := range w.trades {
 		tr := &w.trades[i]
 		t := candle.Trade{TS: tr.ts, Price: tr.price, Qty: tr.qty, ID: tr.id, Side: tr.side}

@@ -170,10 +170,9 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		}
 		for _, w := range k.wins {
 			if a.horizon > 0 { // the ids are in the trade log
-				w.dropUnsaved()
+				w.unsaved = w.unsaved[:0]
 				continue
 			}
-			w.flushNums()
 			if len(w.unsaved) > 0 {
 				if ip == 0 {
 					a.kbuf = keyPrefix(a.kbuf[:0], entryIDs, k.key)
@@ -446,7 +445,6 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 		w.chunks = uint32(r.uvarint())
 		if val[1]&flagTrade != 0 {
 			w.tk, w.tbv, w.tbq, w.fid, w.lid = r.trade(w.fid, w.lid)
-			w.fidOK, w.lidOK = false, false
 		}
 		k.wins = append(k.wins, w)
 	}

@@ -3,12 +3,10 @@ package processors
 import (
 	"encoding/binary"
 	"slices"
-	"strconv"
 	"unsafe"
 
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/decimal"
-	"github.com/kandle/kandle/internal/invariant"
 )
 
 // window is one open (not yet emitted) window of one key, with the trade
@@ -27,20 +25,14 @@ type window struct {
 	fid, lid []byte // ids of the open and close trades (empty: none); reused
 	// fidS and lidS are fid and lid as the strings last handed out in a
 	// candle: the live path (Active) asks again and again, mostly for an
-	// unchanged first id. fidOK and lidOK say fid and lid were not written
-	// since (every write clears them; a reset window has neither).
-	fidS, lidS   string
-	fidOK, lidOK bool
-	nums         []uint64            // canonical decimal ids ("123") while they arrive ascending
-	numIDs       map[uint64]struct{} // canonical decimal ids that arrived out of order
-	ids          map[idKey]struct{}  // other short ids, stored inline (no allocation)
-	longIDs      map[string]struct{}
-	unsaved      []byte // ids added since the last Changes, each uvarint length + bytes
-	// saved is how many of nums are in unsaved or were saved before: the
-	// ids appendNum adds go to unsaved by position (flushNums, at the next
-	// Changes or the next id added otherwise), in the order they came.
-	saved  int
-	chunks uint32 // id chunk entries written for this window
+	// unchanged first id.
+	fidS, lidS string
+	nums       []uint64            // canonical decimal ids ("123") while they arrive ascending
+	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
+	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
+	longIDs    map[string]struct{}
+	unsaved    []byte // ids added since the last Changes, each uvarint length + bytes
+	chunks     uint32 // id chunk entries written for this window
 
 	// With a revision horizon: the window's trades in arrival order, the
 	// ids of trades cancelled from it, the trade-log records added since
@@ -121,7 +113,6 @@ func (w *window) addID(id string, save bool) {
 
 // addParsedID is addID with numericID(id) already computed.
 func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
-	w.flushNums() // unsaved keeps the ids in the order they came
 	if save {
 		w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
 		w.unsaved = append(w.unsaved, id...)
@@ -131,7 +122,6 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 		// a sorted slice, no hashing. Out-of-order ids go to a map.
 		if l := len(w.nums); l == 0 || n > w.nums[l-1] {
 			w.nums = append(w.nums, n)
-			w.saved = len(w.nums)
 			return
 		}
 		if w.numIDs == nil {
@@ -154,35 +144,16 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 }
 
 // appendNum is addParsedID(id, n, true, true) for a canonical decimal id n
-// known to be above every id w holds (above its key's maxNum). The id's
-// bytes go to unsaved later (flushNums): a canonical decimal id is n
-// written in decimal, so the trade touches only nums.
+// known to be above every id w holds (above its key's maxNum).
 func (w *window) appendNum(id string, n uint64) {
-	if invariant.Enabled {
-		invariant.Check(id == strconv.FormatUint(n, 10), "appendNum: id %q is not the canonical decimal %d", id, n)
-	}
+	w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
+	w.unsaved = append(w.unsaved, id...)
 	if l := len(w.nums); l == cap(w.nums) && l < 64 {
 		// A list with no size hint (a new key) grows fourfold while it is
 		// short: 3 allocations to reach a busy window's size, not 7.
 		w.nums = slices.Grow(w.nums, 3*l+4)
 	}
 	w.nums = append(w.nums, n)
-}
-
-// flushNums appends the ids appendNum added since the last flush to
-// unsaved, as addParsedID would have: uvarint length, then the decimal.
-func (w *window) flushNums() {
-	for _, n := range w.nums[w.saved:] {
-		var d [20]byte
-		id := strconv.AppendUint(d[:0], n, 10)
-		w.unsaved = append(binary.AppendUvarint(w.unsaved, uint64(len(id))), id...)
-	}
-	w.saved = len(w.nums)
-}
-
-// dropUnsaved forgets the ids not yet saved (they are saved otherwise).
-func (w *window) dropUnsaved() {
-	w.unsaved, w.saved = w.unsaved[:0], len(w.nums)
 }
 
 // add counts one trade; v and q are the new volume sums, already checked,
@@ -193,15 +164,14 @@ func (w *window) add(t *candle.Trade, v, q, quote decimal.Sum) {
 		w.oTS, w.cTS = t.TS, t.TS
 		w.fid = append(w.fid[:0], t.ID...)
 		w.lid = append(w.lid[:0], t.ID...)
-		w.fidOK, w.lidOK = false, false
 	} else {
 		if t.TS < w.oTS { // ties: the earlier arrival keeps open
 			w.o, w.oTS = t.Price, t.TS
-			w.fid, w.fidOK = append(w.fid[:0], t.ID...), false
+			w.fid = append(w.fid[:0], t.ID...)
 		}
 		if t.TS >= w.cTS { // ties: the later arrival takes close
 			w.c, w.cTS = t.Price, t.TS
-			w.lid, w.lidOK = append(w.lid[:0], t.ID...), false
+			w.lid = append(w.lid[:0], t.ID...)
 		}
 		if t.Price.Cmp(w.h) > 0 {
 			w.h = t.Price
