@@ -12,7 +12,7 @@ PKGS     := ./...
 # (GOMAXPROCS by default), which keeps make test near ~10 minutes on 2 cores.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
 
-.PHONY: build demo test race deps bench bench-core bench-peers bench-replay soak soak-outage lint docs chart-lib clean fuzz
+.PHONY: build demo test test-unfused race deps bench bench-core bench-peers bench-replay soak soak-outage lint docs chart-lib clean fuzz
 
 build:
 	$(GO) build -o $(BIN) ./cmd/kandle
@@ -32,7 +32,18 @@ deps:
 test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(MAKE) --no-print-directory test-unfused
 	cd deploy/chartcheck && $(GO) vet ./... && $(GO) test $(TESTFLAGS) ./...
+
+# The cluster tests whose topologies chain rollups (kills, faults, broker
+# trouble, outages with revisions, the crash harness). make test runs them
+# with fused chains, the default, then again here with every rollup a stage
+# of its own; the engine's chain tests run both modes as subtests.
+UNFUSED_TESTS := ^(TestCrashHarness|TestLiveEqualsReplayUnderFaults|TestBrokerTroubleThroughProxies|TestZombieInstanceIsFenced|TestDeadInstanceTransactionTimesOut|TestBrokerRestart|TestGracefulStopHandsOver|TestGracefulStopDuringRebalance|TestOutageBacklogBecomesRevisions|TestOutageBacklogBecomesRevisionsUnderKills)$$
+
+## test-unfused: the cluster tests of cmd/kandle again with unfused rollups (KANDLE_TEST_FUSE=off); part of make test
+test-unfused:
+	KANDLE_TEST_FUSE=off $(GO) test $(TESTFLAGS) -run '$(UNFUSED_TESTS)' ./cmd/kandle
 
 ## race: the tests of the packages below with the race detector and the invariant checks compiled in
 ## (-race -tags invariants; see internal/invariant): decimal, candle, topology, processors, state and the
