@@ -86,6 +86,7 @@ func TestIDChunksSurviveKills(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 0x1dc))
 		win := [2]time.Duration{15 * time.Second, time.Minute}[rng.IntN(2)]
 		gap, revise, live := rng.IntN(2) == 0, rng.IntN(4) == 0, rng.IntN(2) == 0
+		idle, fused := rng.IntN(3) == 0, rng.IntN(3) == 0 // keys freed after a short max_idle; quiet marks for rollups
 		mod := func(c *CandleConfig) {
 			c.Timeframe = tfOf(t, map[time.Duration]string{15 * time.Second: "15s", time.Minute: "1m"}[win], nil)
 			c.Lateness, c.GapFill = 2*time.Second, gap
@@ -95,6 +96,12 @@ func TestIDChunksSurviveKills(t *testing.T) {
 			if live { // the shipped idle_timeout and max_future
 				c.Live, c.IdleTimeout, c.MaxFuture = true, 5*time.Second, time.Second
 			}
+			if idle {
+				c.MaxIdle = 8 * win
+			}
+			if fused {
+				c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil), tfOf(t, "15m", nil)}
+			}
 		}
 		clock := &testClock{}
 		build := func() *Aggregator {
@@ -103,7 +110,7 @@ func TestIDChunksSurviveKills(t *testing.T) {
 			return a
 		}
 		recs, walls := exchangeTrades(rng, 4000, 2+rng.IntN(40), win)
-		desc := fmt.Sprintf("seed %d (%s, gap fill %v, revise %v, live %v)", seed, win, gap, revise, live)
+		desc := fmt.Sprintf("seed %d (%s, gap fill %v, revise %v, live %v, max_idle %v, rollups %v)", seed, win, gap, revise, live, idle, fused)
 
 		outOf := func(a *Aggregator, i int, out *Output) string {
 			var b strings.Builder
@@ -130,6 +137,9 @@ func TestIDChunksSurviveKills(t *testing.T) {
 			if !strings.Contains(all, must) && (must != " gap" || gap) && (must != "reject late" || !revise) {
 				t.Fatalf("%s: the stream has no %q", desc, must)
 			}
+		}
+		if fused && (idle || !gap) && !strings.Contains(all, "quiet ") {
+			t.Fatalf("%s: no key went quiet", desc)
 		}
 		st := store{}
 		ck := 0 // records before ck are in st
