@@ -82,6 +82,7 @@ func exchangeTrades(rng *rand.Rand, n, keys int, win time.Duration) (recs [][]by
 // those of an uninterrupted run. Checkpoints come
 // after every trade in some stretches and after thousands in others.
 func TestIDChunksSurviveKills(t *testing.T) {
+	chunks, later := 0, 0 // id chunk entries restored
 	for seed := range uint64(*idChunkSeeds) {
 		rng := rand.New(rand.NewPCG(seed, 0x1dc))
 		win := [2]time.Duration{15 * time.Second, time.Minute}[rng.IntN(2)]
@@ -151,6 +152,17 @@ func TestIDChunksSurviveKills(t *testing.T) {
 			if ck > 0 {
 				clock.t = walls[ck-1]
 			}
+			for k := range st {
+				if k[0] == entryIDs {
+					r := reader{b: []byte(k[1:])}
+					r.bytes(r.uvarint())
+					r.varint()
+					if r.uvarint() > 0 {
+						later++ // a window's second or later id chunk
+					}
+					chunks++
+				}
+			}
 			p := build()
 			st.restoreInto(t, p, rng)
 			return p
@@ -200,4 +212,8 @@ func TestIDChunksSurviveKills(t *testing.T) {
 			}
 		}
 	}
+	if chunks == 0 || later == 0 {
+		t.Fatalf("%d id chunks restored, %d of them a window's second or later: the streams do not exercise them", chunks, later)
+	}
+	t.Logf("%d id chunks restored, %d of them a window's second or later", chunks, later)
 }
