@@ -58,10 +58,7 @@ type Reader struct {
 // Reader. Like New it does not contact DynamoDB; requests retry transient
 // errors until their context ends.
 func NewReader(ctx context.Context, cfg Config, opts ...Option) (*Reader, error) {
-	o := options{log: slog.Default()}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applyOptions(opts)
 	t, err := newTable(ctx, cfg, o)
 	if err != nil {
 		return nil, err

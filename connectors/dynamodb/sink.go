@@ -70,6 +70,15 @@ func WithAWSConfig(cfg aws.Config) Option { return func(o *options) { o.awsCfg =
 // WithHTTPClient sets the HTTP client of the built DynamoDB client.
 func WithHTTPClient(c *http.Client) Option { return func(o *options) { o.httpCli = c } }
 
+// applyOptions returns the options opts set over the defaults.
+func applyOptions(opts []Option) options {
+	o := options{log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
 // Sink writes candles (Write) or trades (WriteTrades) to one table. It
 // satisfies the engine's CandleSink. Its methods are safe for concurrent
 // use, though one stage normally drives it from one goroutine.
@@ -89,10 +98,7 @@ type Sink struct {
 // New validates cfg and returns a sink. It does not contact DynamoDB: a
 // sink can start before its endpoint is reachable, and writes wait for it.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
-	o := options{log: slog.Default()}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applyOptions(opts)
 	t, err := newTable(ctx, cfg, o)
 	if err != nil {
 		return nil, err
@@ -114,10 +120,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Sink, error) {
 // NewClient builds the DynamoDB client New would use for cfg (region,
 // endpoint, no SDK retries), e.g. for Apply from `kandle provision`.
 func NewClient(ctx context.Context, cfg Config, opts ...Option) (API, error) {
-	o := options{log: slog.Default()}
-	for _, opt := range opts {
-		opt(&o)
-	}
+	o := applyOptions(opts)
 	if o.client != nil {
 		return o.client, nil
 	}
