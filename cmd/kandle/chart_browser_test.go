@@ -108,7 +108,9 @@ func TestChartPageInBrowser(t *testing.T) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
-	bctx, tcancel := context.WithTimeout(bctx, 90*time.Second)
+	// Each step below has its own deadline; this bound only stops a hung
+	// browser. It covers them all, the wait for the next minute included.
+	bctx, tcancel := context.WithTimeout(bctx, 5*time.Minute)
 	defer tcancel()
 
 	type state struct {
