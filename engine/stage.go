@@ -831,7 +831,13 @@ func (s *liveStage) end(ctx context.Context, try kgo.TransactionEndTry) (bool, e
 	if err == nil && committed {
 		return true, nil
 	}
-	s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
+	if err == nil && try == kgo.TryCommit {
+		// GroupTransactSession aborts, without an error, a commit asked
+		// during a rebalance (as at start-up, while the group settles).
+		s.log.Info("transaction aborted: the group rebalanced during it; rebuilding state from the last commit")
+	} else {
+		s.log.Info("transaction aborted; rebuilding state from the last commit", "err", err)
+	}
 	clear(s.parts)
 	if err != nil {
 		return false, fmt.Errorf("end transaction: %w", err)
