@@ -7,7 +7,8 @@
   const params = new URLSearchParams(location.search);
   const $ = (id) => document.getElementById(id);
   const status = (text, cls) => { $("status").textContent = text; $("status").className = cls || ""; };
-  const state = { symbol: "", timeframe: "", bars: [], cursor: "", loadingOlder: false, ws: null, gen: 0, updates: 0, redrawn: 0, pageLimit: 1000 };
+  // pending holds the stream's messages while the newest page loads.
+  const state = { symbol: "", timeframe: "", bars: [], cursor: "", loadingOlder: false, ws: null, gen: 0, updates: 0, redrawn: 0, pageLimit: 1000, pending: null };
   // Exposed for tests and the curious: what the chart currently shows.
   window.kandle = { ready: false, bars: 0, updates: 0, last: null, first: null, gaps: 0, error: "" };
 
@@ -86,11 +87,18 @@
     return "symbol=" + encodeURIComponent(state.symbol) + "&timeframe=" + encodeURIComponent(state.timeframe);
   }
 
-  // show loads the newest page of the chosen series and (re)subscribes.
+  // show subscribes to the chosen series and then loads its newest page:
+  // what the stream sends meanwhile waits in state.pending and is applied
+  // on top of the page, so no candle published between the page's read and
+  // the subscription is missed (a gap candle or a final of a quiet window
+  // would never come again).
   async function show() {
     const gen = ++state.gen;
     status("loading…");
+    state.pending = [];
     try {
+      await subscribe();
+      if (gen !== state.gen) return;
       // A page of a timeframe built from many stored candles each (1d from
       // 1m) must be smaller: the server says so with a 400.
       let res;
@@ -108,11 +116,14 @@
       state.cursor = res.next_cursor || "";
       precisionOf(state.bars);
       setData();
+      const pending = state.pending;
+      state.pending = null;
+      for (const m of pending) update(m, true);
       if (state.bars.length < 200) chart.timeScale().fitContent();
       chart.timeScale().applyOptions({ secondsVisible: state.timeframe.endsWith("s") });
       publish();
-      subscribe();
     } catch (e) {
+      if (gen === state.gen) state.pending = null;
       window.kandle.error = String(e.message || e);
       status(window.kandle.error, "error");
     }
@@ -147,8 +158,10 @@
   // a revision of a closed bar, however old, replaces it). A bar never
   // goes back: after a final only a higher rev is drawn (the stream sends
   // nothing else, but a page read from the API may already hold it).
-  function update(m) {
+  // buffered: m came while the page loaded; the page may be newer.
+  function update(m, buffered) {
     if (m.symbol !== state.symbol || m.timeframe !== state.timeframe) return;
+    if (state.pending) { state.pending.push(m); return; }
     const b = toBar(m);
     const bars = state.bars, last = bars[bars.length - 1];
     if (!last || b.time > last.time) {
@@ -171,6 +184,8 @@
       }
       const had = bars[i].c;
       if (had.final && !(m.final && (m.rev || 0) > (had.rev || 0))) return;
+      // An open window's state the page read after this message holds more.
+      if (buffered && !m.final && !had.final && m.trades < had.trades) return;
       bars[i] = b;
       series.update(b, true); // historical update: replaces the bar at its time
       volume.update(toVolume(b), true);
@@ -201,16 +216,34 @@
     };
   };
 
-  // subscribe opens the stream (once) and subscribes to the shown series.
-  // After a disconnect it reconnects and reloads the newest page: the API
-  // gives the history, the stream what follows.
-  let nextID = 1, subscribed = null;
+  // subscribe opens the stream (once) and subscribes to the shown series;
+  // it resolves once the server confirmed the subscription (from then on
+  // every candle of the series reaches the page), or when the stream cannot
+  // tell (closed, or no reply within 5 s: the page then loads anyway).
+  // After a disconnect the page reconnects and reloads the newest page: the
+  // API gives the history, the stream what follows.
+  let nextID = 1, subscribed = null, confirm = null; // confirm: the SUBSCRIBE awaiting its reply
   function subscribe() {
+    return new Promise((resolve) => {
+      if (confirm) confirm.done(); // an older wait ends: its series is no longer shown
+      const timer = setTimeout(() => done(), 5000);
+      const done = () => {
+        clearTimeout(timer);
+        if (confirm && confirm.done === done) confirm = null;
+        resolve();
+      };
+      confirm = { id: 0, done };
+      send();
+    });
+  }
+  function send() {
     const ws = state.ws;
     if (ws && ws.readyState === WebSocket.OPEN) {
       if (subscribed) ws.send(JSON.stringify({ id: nextID++, method: "UNSUBSCRIBE", params: [subscribed] }));
       subscribed = { symbol: state.symbol, timeframe: state.timeframe };
-      ws.send(JSON.stringify({ id: nextID++, method: "SUBSCRIBE", params: [subscribed] }));
+      const id = nextID++;
+      if (confirm) confirm.id = id;
+      ws.send(JSON.stringify({ id, method: "SUBSCRIBE", params: [subscribed] }));
       status("live", "live");
       return;
     }
@@ -220,15 +253,17 @@
     const s = new WebSocket(url);
     state.ws = s;
     subscribed = null;
-    s.onopen = () => { status("live", "live"); subscribe(); };
+    s.onopen = () => { status("live", "live"); send(); };
     s.onmessage = (ev) => {
       const m = JSON.parse(ev.data);
+      if (confirm && confirm.id && m.id === confirm.id) confirm.done();
       if (m.error) { status(m.error.msg, "error"); return; }
       if (m.symbol) update(m);
     };
     s.onclose = (ev) => {
       if (state.ws !== s) return;
       state.ws = null;
+      if (confirm) confirm.done();
       status("reconnecting… (" + (ev.reason || ev.code) + ")", "error");
       setTimeout(show, 1000);
     };
