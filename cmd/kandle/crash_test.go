@@ -285,7 +285,7 @@ func (c *cluster) spawn(name string, args ...string) *kproc {
 	level := cmp.Or(os.Getenv("KANDLE_TEST_CHILD_LOG_LEVEL"), "info") // debug shows kgo's group protocol
 	cmd.Env = append(os.Environ(), asKandleEnv+"=1", "KANDLE_LOG_LEVEL="+level)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = testkit.ChildAttr(true)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		c.t.Fatalf("start kandle %s: %v", args[0], err)
