@@ -8,7 +8,24 @@
 #
 #   scripts/test-lanes.sh 'go test ./a' 'go test ./b' -- 'go test ./c'
 set -uo pipefail
-set -m # each lane in a process group of its own, which an interrupt stops whole
+
+if [ "${1:-}" = "--lane" ]; then # internal: one lane, in a session of its own
+  out=$2
+  shift 2
+  status=0
+  for c in "$@"; do
+    t0=$SECONDS
+    echo "\$ $c"
+    if bash -c "$c"; then
+      echo "done ($((SECONDS - t0))s): $c"
+    else
+      echo "FAILED ($((SECONDS - t0))s): $c"
+      status=1
+    fi
+  done >"$out.log" 2>&1
+  echo "$status" >"$out.status"
+  exit 0
+fi
 
 dir=$(mktemp -d)
 pids=()
@@ -16,39 +33,29 @@ lanes=()
 lane=()
 start=$SECONDS
 
-run_lane() { # n, commands...: runs them in order, logs to $dir/n.log, status to $dir/n.status
-  local n=$1 status=0 c t0
-  shift
-  for c in "$@"; do
-    t0=$SECONDS
-    echo "\$ $c"
-    bash -c "$c" || { echo "FAILED ($((SECONDS - t0))s): $c"; status=1; continue; }
-    echo "done ($((SECONDS - t0))s): $c"
-  done >"$dir/$n.log" 2>&1
-  echo "$status" >"$dir/$n.status"
-}
-
+# Each lane runs under setsid, in a process group of its own (its pid), so
+# that an interrupt or SIGTERM of this script stops the whole lane: go test,
+# its test binary, whose servers and kandle children die with it.
 spawn() {
   [ ${#lane[@]} -eq 0 ] && return
-  local n=${#pids[@]}
-  run_lane "$n" "${lane[@]}" &
+  setsid bash "$0" --lane "$dir/${#pids[@]}" "${lane[@]}" &
   pids+=($!)
-  lanes+=("$(printf '%s; ' "${lane[@]}")")
+  local IFS=';'
+  lanes+=("${lane[*]}")
   lane=()
 }
+trap 'for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; wait; rm -rf "$dir"; exit 130' INT TERM
 for a in "$@"; do
   if [ "$a" = "--" ]; then spawn; else lane+=("$a"); fi
 done
 spawn
-# Interrupted or terminated: stop every lane's process group (go test, its
-# test binary, whose servers and kandle children die with it) and exit.
-trap 'for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; wait; rm -rf "$dir"; exit 130' INT TERM
 
 failed=0
 left=${#pids[@]}
 printed=()
 while [ "$left" -gt 0 ]; do
-  sleep 1
+  sleep 1 &
+  wait $! # a wait that a trapped signal interrupts at once
   for n in "${!pids[@]}"; do
     [ -n "${printed[$n]:-}" ] && continue
     [ -f "$dir/$n.status" ] || continue
