@@ -3,18 +3,18 @@ GO       ?= go
 BIN      := bin/kandle
 PKGS     := ./...
 # -count=1: always execute (never report cached results). make test runs
-# three lanes side by side (scripts/test-lanes.sh): cmd/kandle and engine
-# (LANE_PKGS, the two longest packages), and every other package one at a
-# time (-p 1: the emulator tests compete for the 2 cores otherwise, and that
-# makes timing-sensitive fault tests flaky). Inside a package, tests that
-# mostly wait for the wall clock with servers of their own call t.Parallel
-# (testkit.WallClockTest in cmd/kandle and engine, the TestKinesis
-# subtests): cmd/kandle runs four of them at once (its TestMain, unless
-# -parallel is given), its cluster tests' unfused runs (TestUnfused) among
-# them, the other packages -parallel (GOMAXPROCS by default), which keeps
-# make test near ~10 minutes on 2 cores.
+# three lanes side by side (scripts/test-lanes.sh): cmd/kandle; engine, then
+# connectors/kinesis (TEST_LANES: a lane's packages joined by +); and every
+# other package. A lane runs its packages one at a time (-p 1: the emulator
+# tests compete for the 2 cores otherwise, and that makes timing-sensitive
+# fault tests flaky). Inside a package, tests that mostly wait for the wall
+# clock with servers of their own call t.Parallel (testkit.WallClockTest in
+# cmd/kandle and engine, the TestKinesis subtests): cmd/kandle runs four of
+# them at once (its TestMain, unless -parallel is given), its cluster tests'
+# unfused runs (TestUnfused) among them, the other packages -parallel
+# (GOMAXPROCS by default), which keeps make test near ~10 minutes on 2 cores.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
-LANE_PKGS := ./cmd/kandle ./engine
+TEST_LANES := ./cmd/kandle ./engine+./connectors/kinesis
 
 .PHONY: build demo test test-unfused race deps bench bench-core bench-peers bench-replay soak soak-outage lint docs chart-lib clean fuzz
 
@@ -35,8 +35,8 @@ deps:
 ## API types stay out of kandle's go.mod)
 test: deps
 	$(GO) vet $(PKGS)
-	bash scripts/test-lanes.sh $(foreach p,$(LANE_PKGS),'$(GO) test $(TESTFLAGS) $(p)' --) \
-		'$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -vxF "$$($(GO) list $(LANE_PKGS))")' \
+	bash scripts/test-lanes.sh $(foreach l,$(TEST_LANES),'$(GO) test $(TESTFLAGS) $(subst +, ,$(l))' --) \
+		'$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -vxF "$$($(GO) list $(subst +, ,$(TEST_LANES)))")' \
 		'cd deploy/chartcheck && $(GO) vet ./... && $(GO) test $(TESTFLAGS) ./...'
 
 # TestUnfused (cmd/kandle) runs the cluster tests whose topologies chain
