@@ -2,15 +2,19 @@
 GO       ?= go
 BIN      := bin/kandle
 PKGS     := ./...
-# -count=1: always execute (never report cached results). Packages run one at a
-# time: the crash harness and the emulator tests compete
-# for the 2 cores otherwise, and that makes timing-sensitive fault tests flaky.
-# Inside a package, tests that mostly wait for the wall clock with servers of
-# their own call t.Parallel (testkit.WallClockTest in cmd/kandle and engine,
-# the TestKinesis subtests): cmd/kandle runs four of them at once (its
-# TestMain, unless -parallel is given), the other packages -parallel
+# -count=1: always execute (never report cached results). make test runs
+# three lanes side by side (scripts/test-lanes.sh): cmd/kandle; engine, then
+# connectors/kinesis (TEST_LANES: a lane's packages joined by +); and every
+# other package. A lane runs its packages one at a time (-p 1: the emulator
+# tests compete for the 2 cores otherwise, and that makes timing-sensitive
+# fault tests flaky). Inside a package, tests that mostly wait for the wall
+# clock with servers of their own call t.Parallel (testkit.WallClockTest in
+# cmd/kandle and engine, the TestKinesis subtests): cmd/kandle runs four of
+# them at once (its TestMain, unless -parallel is given), its cluster tests'
+# unfused runs (TestUnfused) among them, the other packages -parallel
 # (GOMAXPROCS by default), which keeps make test near ~10 minutes on 2 cores.
 TESTFLAGS ?= -p 1 -count=1 -timeout 30m
+TEST_LANES := ./cmd/kandle ./engine+./connectors/kinesis
 
 .PHONY: build demo test test-unfused race deps bench bench-core bench-peers bench-replay soak soak-outage lint docs chart-lib clean fuzz
 
@@ -31,19 +35,18 @@ deps:
 ## API types stay out of kandle's go.mod)
 test: deps
 	$(GO) vet $(PKGS)
-	$(GO) test $(TESTFLAGS) $(PKGS)
-	$(MAKE) --no-print-directory test-unfused
-	cd deploy/chartcheck && $(GO) vet ./... && $(GO) test $(TESTFLAGS) ./...
+	bash scripts/test-lanes.sh $(foreach l,$(TEST_LANES),'$(GO) test $(TESTFLAGS) $(subst +, ,$(l))' --) \
+		'$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -vxF "$$($(GO) list $(subst +, ,$(TEST_LANES)))")' \
+		'cd deploy/chartcheck && $(GO) vet ./... && $(GO) test $(TESTFLAGS) ./...'
 
-# The cluster tests whose topologies chain rollups (kills, faults, broker
-# trouble, outages with revisions, the crash harness). make test runs them
-# with fused chains, the default, then again here with every rollup a stage
-# of its own; the engine's chain tests run both modes as subtests.
-UNFUSED_TESTS := ^(TestCrashHarness|TestLiveEqualsReplayUnderFaults|TestBrokerTroubleThroughProxies|TestZombieInstanceIsFenced|TestDeadInstanceTransactionTimesOut|TestBrokerRestart|TestGracefulStopHandsOver|TestGracefulStopDuringRebalance|TestOutageBacklogBecomesRevisions|TestOutageBacklogBecomesRevisionsUnderKills)$$
-
-## test-unfused: the cluster tests of cmd/kandle again with unfused rollups (KANDLE_TEST_FUSE=off); part of make test
+# TestUnfused (cmd/kandle) runs the cluster tests whose topologies chain
+# rollups (kills, faults, broker trouble, outages with revisions, the crash
+# harness) again with every rollup a stage of its own; make test runs it with
+# the rest of cmd/kandle, and the engine's chain tests run both modes as
+# subtests.
+## test-unfused: only the unfused runs of the cluster tests of cmd/kandle (part of make test)
 test-unfused:
-	KANDLE_TEST_FUSE=off $(GO) test $(TESTFLAGS) -run '$(UNFUSED_TESTS)' ./cmd/kandle
+	$(GO) test $(TESTFLAGS) -run '^TestUnfused$$' ./cmd/kandle
 
 ## race: the tests of the packages below with the race detector and the invariant checks compiled in
 ## (-race -tags invariants; see internal/invariant): decimal, candle, topology, processors, state and the

@@ -330,6 +330,7 @@ func startChildInstance(t *testing.T, path, name string) *childInstance {
 	c := &childInstance{name: name, cmd: exec.Command(os.Args[0], "-test.run", "^$")}
 	c.cmd.Env = append(os.Environ(), "KANDLE_TEST_TOPOLOGY="+path, "KANDLE_TEST_INSTANCE="+name, "KANDLE_TEST_STATE="+t.TempDir())
 	c.cmd.Stdout, c.cmd.Stderr = &c.log, &c.log
+	c.cmd.SysProcAttr = testkit.ChildAttr(false)
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

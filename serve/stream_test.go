@@ -161,8 +161,11 @@ func TestStreamSnapshotThenForwardOnly(t *testing.T) {
 // feed subscription, and every one of them gets every update.
 func TestOneSubscriptionPerChannel(t *testing.T) {
 	// Short HTTP timeouts: they must not end streams (only API requests).
+	// A second, not less: a client starved of CPU must still get its
+	// handshake request in within the read timeout (at 100ms, under load,
+	// the server closed connections before the request arrived).
 	f := newStream(t, func(o *Options) {
-		o.Config.ReadTimeout, o.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
+		o.Config.ReadTimeout, o.Config.WriteTimeout = time.Second, time.Second
 	})
 	cs := series("BTC/USDT", f.m1, time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC).UnixMilli(), 3, 9)
 	f.mem.Active(cs[0])
@@ -183,7 +186,7 @@ func TestOneSubscriptionPerChannel(t *testing.T) {
 	if subs != 1 {
 		t.Fatalf("feed holds %d subscriptions", subs)
 	}
-	time.Sleep(300 * time.Millisecond) // past both HTTP timeouts
+	time.Sleep(1300 * time.Millisecond) // past both HTTP timeouts
 	f.mem.Active(cs[1])
 	for i, c := range conns {
 		if m := recv(t, c); m.OpenTime != cs[1].OpenTime {

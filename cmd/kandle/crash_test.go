@@ -70,7 +70,7 @@ type clusterShape struct {
 
 // shortChain, what make test runs: a 5s candle stage with a 15s → 1m rollup
 // chain and a direct 15s stage. c.5s has the trades' partition count, so
-// c15s runs fused into c5s (unless KANDLE_TEST_FUSE=off); c1m, whose input
+// c15s runs fused into c5s (unless unfused: TestUnfused, KANDLE_TEST_FUSE=off); c1m, whose input
 // has another, is a stage of its own.
 var shortChain = clusterShape{
 	processors: `  c5s: {kind: candles, from: trades, timeframe: 5s, output: {topic: %[2]sc.5s, partitions: 6}}
@@ -90,7 +90,7 @@ var shortChain = clusterShape{
 var deepChain = func() clusterShape {
 	sh := clusterShape{processors: "  c2s: {kind: candles, from: trades, timeframe: 2s, output: {topic: %[2]sc.2s, partitions: 6}}\n",
 		stages: []string{"c2s"}, candleTopics: []string{"c.2s"}}
-	// Fused (unless KANDLE_TEST_FUSE=off): c4s, c8s and c16s into c2s, c64s
+	// Fused (unless unfused: TestUnfused, KANDLE_TEST_FUSE=off): c4s, c8s and c16s into c2s, c64s
 	// into c32s, c256s into c128s; c32s and c128s read inputs with other
 	// partition counts.
 	parts := []int{6, 6, 3, 3, 2, 2, 2}
@@ -160,7 +160,7 @@ type instance struct {
 
 func newCluster(t *testing.T, o clusterOpts) *cluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "kandle-"+t.Name()+"-*")
+	dir, err := os.MkdirTemp("", "kandle-"+strings.ReplaceAll(t.Name(), "/", "_")+"-*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func newCluster(t *testing.T, o clusterOpts) *cluster {
 	if o.persistBroker {
 		c.brData = filepath.Join(dir, "broker-data")
 	}
-	if os.Getenv("KANDLE_TEST_FUSE") == "off" { // every rollup a stage of its own
+	if unfused(t) { // every rollup a stage of its own
 		c.opts.shape.processors = strings.ReplaceAll(c.opts.shape.processors, "{kind: rollup,", "{kind: rollup, fuse: false,")
 	}
 	c.startBroker()
@@ -285,7 +285,7 @@ func (c *cluster) spawn(name string, args ...string) *kproc {
 	level := cmp.Or(os.Getenv("KANDLE_TEST_CHILD_LOG_LEVEL"), "info") // debug shows kgo's group protocol
 	cmd.Env = append(os.Environ(), asKandleEnv+"=1", "KANDLE_LOG_LEVEL="+level)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = testkit.ChildAttr(true)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		c.t.Fatalf("start kandle %s: %v", args[0], err)

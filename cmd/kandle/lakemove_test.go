@@ -81,7 +81,7 @@ func TestLakePartitionMovesMidFlush(t *testing.T) {
 
 	<-produced
 	h.waitClosed(cfg, 60*time.Second)
-	want := h.topicCandles()
+	want := h.waitSettled(cfg, 60*time.Second) // the closers' candles too
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		got, _, probs := h.lakeCandles()
@@ -124,7 +124,7 @@ func TestSinksSurviveBrokerRestart(t *testing.T) {
 	<-produced
 	h.running()
 	h.waitClosed(cfg, 90*time.Second)
-	want := h.topicCandles()
+	want := h.waitSettled(cfg, 90*time.Second) // the closers' candles too
 	h.waitSinks(want, wantLedger(t, cfg), 90*time.Second)
 	if n := strings.Count(h.log.String(), "dev broker listening on "+h.broker); n != 2 {
 		t.Fatalf("the broker started %d times, want 2 (once again after the outage)", n)
@@ -245,7 +245,7 @@ func TestLakeZombieWriterFenced(t *testing.T) {
 
 	<-produced
 	h.waitClosed(cfg, 60*time.Second)
-	want := h.topicCandles()
+	want := h.waitSettled(cfg, 60*time.Second) // the closers' candles too
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		got, _, probs := h.lakeCandles()
 		probs = append(probs, diffCandles("s3", want, got)...)

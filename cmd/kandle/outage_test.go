@@ -14,7 +14,7 @@ import (
 // like the crash harness's so that a minute of input closes windows at
 // every level), and d1m, a 1m candles stage, directly. c.5s has the
 // trades' partition count, so the revisions cascade into c15s in process
-// (fused into c5s, unless KANDLE_TEST_FUSE=off) and into c1m through a
+// (fused into c5s, unless unfused: TestUnfused, KANDLE_TEST_FUSE=off) and into c1m through a
 // topic. The horizon (1h)
 // holds the whole outage; lateness, idle_timeout and max_future are the
 // shipped defaults.

@@ -93,7 +93,7 @@ func TestStartsBeforeItsStores(t *testing.T) {
 	cfg := sxStream(1500, 70*time.Minute)
 	h.produce(cfg, 0)
 	h.waitClosed(cfg, 60*time.Second)
-	want := h.topicCandles()
+	want := h.waitSettled(cfg, 60*time.Second) // the closers' candles too
 	h.waitSinks(want, wantLedger(t, cfg), 60*time.Second)
 
 	waitHTTP(t, h, "http://"+addr+"/readyz", 30*time.Second, "after the stores came up",

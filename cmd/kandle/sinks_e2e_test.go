@@ -217,6 +217,7 @@ func (h *sxHarness) startRun() {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), asKandleEnv+"=1")
 	cmd.Stdout, cmd.Stderr = &h.log, &h.log
+	cmd.SysProcAttr = testkit.ChildAttr(false)
 	if err := cmd.Start(); err != nil {
 		h.t.Fatalf("start kandle run: %v", err)
 	}

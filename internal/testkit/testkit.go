@@ -89,8 +89,9 @@ const startTimeout = 120 * time.Second
 // Start runs bin with args (and extra env) in its own process group, waits
 // until ready returns nil (up to startTimeout: kinesis-mock, 9 MB of
 // JavaScript, takes half a minute to start on a loaded machine), and stops
-// the process group by pid at test cleanup. Output goes to a log file that
-// is printed if the test fails.
+// the process group by pid at test cleanup, or the process when the test
+// binary dies without cleanups (see ChildAttr). Output goes to a log file
+// that is printed if the test fails.
 func Start(t testing.TB, name, addr string, ready func() error, bin string, args []string, env ...string) *Service {
 	t.Helper()
 	path, err := exec.LookPath(bin)
@@ -104,7 +105,7 @@ func Start(t testing.TB, name, addr string, ready func() error, bin string, args
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = ChildAttr(true)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("testkit: start %s: %v", name, err)
 	}
