@@ -108,6 +108,7 @@ type Aggregator struct {
 	trade   candle.Trade
 	winPool []*window
 	scratch candle.Candle
+	idStrs  idStrings // the trade id strings of candles
 	kbuf    []byte
 	vbuf    []byte
 }
@@ -424,7 +425,7 @@ func (a *Aggregator) Active(fn func(c *candle.Candle)) {
 		if k.deleted || len(k.wins) == 0 {
 			continue
 		}
-		a.scratch = a.candleOf(k, k.wins[len(k.wins)-1])
+		a.fillCandle(&a.scratch, k, k.wins[len(k.wins)-1])
 		fn(&a.scratch)
 	}
 	a.active = a.active[:0]

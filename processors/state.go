@@ -445,6 +445,7 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 		w.chunks = uint32(r.uvarint())
 		if val[1]&flagTrade != 0 {
 			w.tk, w.tbv, w.tbq, w.fid, w.lid = r.trade(w.fid, w.lid)
+			w.fidNew, w.lidNew = true, true
 		}
 		k.wins = append(k.wins, w)
 	}

@@ -25,14 +25,17 @@ type window struct {
 	fid, lid []byte // ids of the open and close trades (empty: none); reused
 	// fidS and lidS are fid and lid as the strings last handed out in a
 	// candle: the live path (Active) asks again and again, mostly for an
-	// unchanged first id.
-	fidS, lidS string
-	nums       []uint64            // canonical decimal ids ("123") while they arrive ascending
-	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
-	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
-	longIDs    map[string]struct{}
-	unsaved    []byte // ids added since the last Changes, each uvarint length + bytes
-	chunks     uint32 // id chunk entries written for this window
+	// unchanged first id. fidNew and lidNew say fid or lid changed since:
+	// every write of fid or lid sets them, so a candle of an unchanged
+	// window reads neither the bytes nor the strings.
+	fidS, lidS     string
+	fidNew, lidNew bool
+	nums           []uint64            // canonical decimal ids ("123") while they arrive ascending
+	numIDs         map[uint64]struct{} // canonical decimal ids that arrived out of order
+	ids            map[idKey]struct{}  // other short ids, stored inline (no allocation)
+	longIDs        map[string]struct{}
+	unsaved        []byte // ids added since the last Changes, each uvarint length + bytes
+	chunks         uint32 // id chunk entries written for this window
 
 	// With a revision horizon: the window's trades in arrival order, the
 	// ids of trades cancelled from it, the trade-log records added since
@@ -164,14 +167,17 @@ func (w *window) add(t *candle.Trade, v, q, quote decimal.Sum) {
 		w.oTS, w.cTS = t.TS, t.TS
 		w.fid = append(w.fid[:0], t.ID...)
 		w.lid = append(w.lid[:0], t.ID...)
+		w.fidNew, w.lidNew = true, true
 	} else {
 		if t.TS < w.oTS { // ties: the earlier arrival keeps open
 			w.o, w.oTS = t.Price, t.TS
 			w.fid = append(w.fid[:0], t.ID...)
+			w.fidNew = true
 		}
 		if t.TS >= w.cTS { // ties: the later arrival takes close
 			w.c, w.cTS = t.Price, t.TS
 			w.lid = append(w.lid[:0], t.ID...)
+			w.lidNew = true
 		}
 		if t.Price.Cmp(w.h) > 0 {
 			w.h = t.Price
