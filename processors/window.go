@@ -12,6 +12,8 @@ import (
 // window is one open (not yet emitted) window of one key, with the trade
 // ids it counted when dedupe is on.
 type window struct {
+	// The fields a trade touches come first, on as few cache lines as
+	// they fit: a trade of a key not seen for a while misses each.
 	open, close int64
 	o, h, l, c  decimal.Decimal
 	oTS, cTS    int64 // event times of the open and close trades
@@ -20,22 +22,25 @@ type window struct {
 	// Taker buy volumes, counted when tk: the decoder maps a side and the
 	// window saw every trade's (a window restored from state written
 	// before sides were kept has not, and reports none).
-	tk       bool
+	tk bool
+	// fidNew and lidNew say fid or lid changed since fidS or lidS was
+	// made: every write of fid or lid sets them, so a candle of an
+	// unchanged window reads neither the bytes nor the strings.
+	fidNew, lidNew bool
+	lid            []byte   // id of the close trade (empty: none); reused
+	nums           []uint64 // canonical decimal ids ("123") while they arrive ascending
+	unsaved        []byte   // ids added since the last Changes, each uvarint length + bytes
+
 	tbv, tbq decimal.Sum
-	fid, lid []byte // ids of the open and close trades (empty: none); reused
+	fid      []byte // id of the open trade (empty: none); reused
 	// fidS and lidS are fid and lid as the strings last handed out in a
 	// candle: the live path (Active) asks again and again, mostly for an
-	// unchanged first id. fidNew and lidNew say fid or lid changed since:
-	// every write of fid or lid sets them, so a candle of an unchanged
-	// window reads neither the bytes nor the strings.
-	fidS, lidS     string
-	fidNew, lidNew bool
-	nums           []uint64            // canonical decimal ids ("123") while they arrive ascending
-	numIDs         map[uint64]struct{} // canonical decimal ids that arrived out of order
-	ids            map[idKey]struct{}  // other short ids, stored inline (no allocation)
-	longIDs        map[string]struct{}
-	unsaved        []byte // ids added since the last Changes, each uvarint length + bytes
-	chunks         uint32 // id chunk entries written for this window
+	// unchanged first id.
+	fidS, lidS string
+	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
+	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
+	longIDs    map[string]struct{}
+	chunks     uint32 // id chunk entries written for this window
 
 	// With a revision horizon: the window's trades in arrival order, the
 	// ids of trades cancelled from it, the trade-log records added since
