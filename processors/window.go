@@ -3,6 +3,7 @@ package processors
 import (
 	"encoding/binary"
 	"slices"
+	"strconv"
 	"unsafe"
 
 	"github.com/kandle/kandle/candle"
@@ -29,7 +30,13 @@ type window struct {
 	fidNew, lidNew bool
 	lid            []byte   // id of the close trade (empty: none); reused
 	nums           []uint64 // canonical decimal ids ("123") while they arrive ascending
-	unsaved        []byte   // ids added since the last Changes, each uvarint length + bytes
+	// unsaved and nums[numsSaved:] are the ids added since the last
+	// Changes, in arrival order: first unsaved's, each a uvarint length and
+	// the id's bytes, then those of nums[numsSaved:], which appendNum adds
+	// without writing them out; savedIDs writes them in unsaved's form
+	// (a canonical decimal id is its number's decimal text).
+	unsaved   []byte
+	numsSaved int
 
 	tbv, tbq decimal.Sum
 	fid      []byte // id of the open trade (empty: none); reused
@@ -121,6 +128,7 @@ func (w *window) addID(id string, save bool) {
 
 // addParsedID is addID with numericID(id) already computed.
 func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
+	w.unsavedIDs() // the ids appendNum added come first
 	if save {
 		w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
 		w.unsaved = append(w.unsaved, id...)
@@ -130,6 +138,7 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 		// a sorted slice, no hashing. Out-of-order ids go to a map.
 		if l := len(w.nums); l == 0 || n > w.nums[l-1] {
 			w.nums = append(w.nums, n)
+			w.numsSaved = len(w.nums) // in unsaved, or restored
 			return
 		}
 		if w.numIDs == nil {
@@ -152,16 +161,32 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 }
 
 // appendNum is addParsedID(id, n, true, true) for a canonical decimal id n
-// known to be above every id w holds (above its key's maxNum).
-func (w *window) appendNum(id string, n uint64) {
-	w.unsaved = binary.AppendUvarint(w.unsaved, uint64(len(id)))
-	w.unsaved = append(w.unsaved, id...)
+// known to be above every id w holds (above its key's maxNum): the id's
+// bytes are written out by the next unsavedIDs call, from n.
+func (w *window) appendNum(n uint64) {
 	if l := len(w.nums); l == cap(w.nums) && l < 64 {
 		// A list with no size hint (a new key) grows fourfold while it is
 		// short: 3 allocations to reach a busy window's size, not 7.
 		w.nums = slices.Grow(w.nums, 3*l+4)
 	}
 	w.nums = append(w.nums, n)
+}
+
+// unsavedIDs returns the ids added since the last Changes, each a uvarint
+// length and the id's bytes, in arrival order.
+func (w *window) unsavedIDs() []byte {
+	for _, n := range w.nums[w.numsSaved:] {
+		l := len(w.unsaved)
+		w.unsaved = strconv.AppendUint(append(w.unsaved, 0), n, 10) // its text: at most 20 bytes, a 1-byte length
+		w.unsaved[l] = byte(len(w.unsaved) - l - 1)
+	}
+	w.numsSaved = len(w.nums)
+	return w.unsaved
+}
+
+// saved forgets the ids added since the last Changes: they are stored.
+func (w *window) saved() {
+	w.unsaved, w.numsSaved = w.unsaved[:0], len(w.nums)
 }
 
 // add counts one trade; v and q are the new volume sums, already checked,
