@@ -175,7 +175,13 @@ func (w *window) appendNum(n uint64) {
 // unsavedIDs returns the ids added since the last Changes, each a uvarint
 // length and the id's bytes, in arrival order.
 func (w *window) unsavedIDs() []byte {
-	for _, n := range w.nums[w.numsSaved:] {
+	pend := w.nums[w.numsSaved:]
+	if len(pend) == 0 {
+		return w.unsaved
+	}
+	var last [20]byte // the largest id's text bounds each id's
+	w.unsaved = slices.Grow(w.unsaved, len(pend)*(1+len(strconv.AppendUint(last[:0], pend[len(pend)-1], 10))))
+	for _, n := range pend {
 		l := len(w.unsaved)
 		w.unsaved = strconv.AppendUint(append(w.unsaved, 0), n, 10) // its text: at most 20 bytes, a 1-byte length
 		w.unsaved[l] = byte(len(w.unsaved) - l - 1)
