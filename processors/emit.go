@@ -269,6 +269,7 @@ func (a *Aggregator) newWindow(open, close int64) *window {
 		a.winPool = a.winPool[:n-1]
 	} else {
 		w = new(window)
+		w.lid = w.lidBuf[:0]
 	}
 	w.open, w.close = open, close
 	return w

@@ -28,15 +28,10 @@ type window struct {
 	// made: every write of fid or lid sets them, so a candle of an
 	// unchanged window reads neither the bytes nor the strings.
 	fidNew, lidNew bool
-	lid            []byte   // id of the close trade (empty: none); reused
+	tchunks        uint32   // with a revision horizon: the trade-log chunk entries written (revise.go)
+	lid            []byte   // id of the close trade (empty: none); reused, in lidBuf while it fits
+	lidBuf         [16]byte // lid's bytes on the window's own cache lines
 	nums           []uint64 // canonical decimal ids ("123") while they arrive ascending
-	// unsaved and nums[numsSaved:] are the ids added since the last
-	// Changes, in arrival order: first unsaved's, each a uvarint length and
-	// the id's bytes, then those of nums[numsSaved:], which appendNum adds
-	// without writing them out; savedIDs writes them in unsaved's form
-	// (a canonical decimal id is its number's decimal text).
-	unsaved   []byte
-	numsSaved int
 
 	tbv, tbq decimal.Sum
 	fid      []byte // id of the open trade (empty: none); reused
@@ -44,18 +39,38 @@ type window struct {
 	// candle: the live path (Active) asks again and again, mostly for an
 	// unchanged first id.
 	fidS, lidS string
-	numIDs     map[uint64]struct{} // canonical decimal ids that arrived out of order
-	ids        map[idKey]struct{}  // other short ids, stored inline (no allocation)
-	longIDs    map[string]struct{}
-	chunks     uint32 // id chunk entries written for this window
+	other      *otherIDs // the ids not in nums; nil until the first
+	// unsaved and nums[numsSaved:] are the ids added since the last
+	// Changes, in arrival order: first unsaved's, each a uvarint length and
+	// the id's bytes, then those of nums[numsSaved:], which appendNum adds
+	// without writing them out; unsavedIDs writes them in unsaved's form
+	// (a canonical decimal id is its number's decimal text).
+	unsaved   []byte
+	chunks    uint32 // id chunk entries written for this window
+	numsSaved uint32
 
 	// With a revision horizon: the window's trades in arrival order, the
-	// ids of trades cancelled from it, the trade-log records added since
-	// the last Changes and the trade-log chunk entries written (revise.go).
-	trades  []keptTrade
-	gone    []string
-	tlog    []byte
-	tchunks uint32
+	// ids of trades cancelled from it and the trade-log records added
+	// since the last Changes (revise.go).
+	trades []keptTrade
+	gone   []string
+	tlog   []byte
+}
+
+// otherIDs are a window's ids that are not in its nums: rare when an
+// exchange numbers its trades, so they are kept off the window.
+type otherIDs struct {
+	nums  map[uint64]struct{} // canonical decimal ids that arrived out of order
+	short map[idKey]struct{}  // other short ids, stored inline (no allocation)
+	long  map[string]struct{}
+}
+
+// len is how many ids o holds.
+func (o *otherIDs) len() int {
+	if o == nil {
+		return 0
+	}
+	return len(o.nums) + len(o.short) + len(o.long)
 }
 
 // idKey holds a trade id of up to 31 bytes without a heap allocation.
@@ -109,14 +124,20 @@ func (w *window) hasParsedID(id string, n uint64, isNum bool) bool {
 				return true
 			}
 		}
-		_, seen := w.numIDs[n] // nil map: false
+		if w.other == nil {
+			return false
+		}
+		_, seen := w.other.nums[n] // nil map: false
 		return seen
+	}
+	if w.other == nil {
+		return false
 	}
 	if k, ok := makeIDKey(id); ok {
-		_, seen := w.ids[k]
+		_, seen := w.other.short[k]
 		return seen
 	}
-	_, seen := w.longIDs[id]
+	_, seen := w.other.long[id]
 	return seen
 }
 
@@ -138,26 +159,32 @@ func (w *window) addParsedID(id string, n uint64, isNum, save bool) {
 		// a sorted slice, no hashing. Out-of-order ids go to a map.
 		if l := len(w.nums); l == 0 || n > w.nums[l-1] {
 			w.nums = append(w.nums, n)
-			w.numsSaved = len(w.nums) // in unsaved, or restored
+			w.numsSaved = uint32(len(w.nums)) // in unsaved, or restored
 			return
 		}
-		if w.numIDs == nil {
-			w.numIDs = make(map[uint64]struct{})
+	}
+	if w.other == nil {
+		w.other = new(otherIDs)
+	}
+	o := w.other
+	if isNum {
+		if o.nums == nil {
+			o.nums = make(map[uint64]struct{})
 		}
-		w.numIDs[n] = struct{}{}
+		o.nums[n] = struct{}{}
 		return
 	}
 	if k, ok := makeIDKey(id); ok {
-		if w.ids == nil {
-			w.ids = make(map[idKey]struct{})
+		if o.short == nil {
+			o.short = make(map[idKey]struct{})
 		}
-		w.ids[k] = struct{}{}
+		o.short[k] = struct{}{}
 		return
 	}
-	if w.longIDs == nil {
-		w.longIDs = make(map[string]struct{})
+	if o.long == nil {
+		o.long = make(map[string]struct{})
 	}
-	w.longIDs[string([]byte(id))] = struct{}{} // copy: id may alias the record
+	o.long[string([]byte(id))] = struct{}{} // copy: id may alias the record
 }
 
 // appendNum is addParsedID(id, n, true, true) for a canonical decimal id n
@@ -186,13 +213,13 @@ func (w *window) unsavedIDs() []byte {
 		w.unsaved = strconv.AppendUint(append(w.unsaved, 0), n, 10) // its text: at most 20 bytes, a 1-byte length
 		w.unsaved[l] = byte(len(w.unsaved) - l - 1)
 	}
-	w.numsSaved = len(w.nums)
+	w.numsSaved = uint32(len(w.nums))
 	return w.unsaved
 }
 
 // saved forgets the ids added since the last Changes: they are stored.
 func (w *window) saved() {
-	w.unsaved, w.numsSaved = w.unsaved[:0], len(w.nums)
+	w.unsaved, w.numsSaved = w.unsaved[:0], uint32(len(w.nums))
 }
 
 // add counts one trade; v and q are the new volume sums, already checked,
@@ -229,15 +256,18 @@ func (w *window) add(t *candle.Trade, v, q, quote decimal.Sum) {
 	w.n++
 }
 
-// reset clears w for reuse, keeping its id maps' memory.
+// reset clears w for reuse, keeping its id lists' and maps' memory (and
+// lid in lidBuf when it is there: w never moves).
 func (w *window) reset() {
-	nums, numIDs, ids, long, unsaved := w.nums[:0], w.numIDs, w.ids, w.longIDs, w.unsaved[:0]
+	nums, other, unsaved := w.nums[:0], w.other, w.unsaved[:0]
 	fid, lid := w.fid[:0], w.lid[:0]
-	clear(numIDs)
-	clear(ids)
-	clear(long)
+	if other != nil {
+		clear(other.nums)
+		clear(other.short)
+		clear(other.long)
+	}
 	clear(w.trades) // drop the id strings
 	trades, tlog := w.trades[:0], w.tlog[:0]
-	*w = window{nums: nums, numIDs: numIDs, ids: ids, longIDs: long, unsaved: unsaved, fid: fid, lid: lid,
+	*w = window{nums: nums, other: other, unsaved: unsaved, fid: fid, lid: lid,
 		trades: trades, tlog: tlog}
 }
