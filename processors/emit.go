@@ -5,6 +5,8 @@ package processors
 // key is rescheduled in the heap.
 
 import (
+	"unsafe"
+
 	"github.com/kandle/kandle/candle"
 	"github.com/kandle/kandle/internal/invariant"
 )
@@ -206,16 +208,57 @@ func (a *Aggregator) recycle(k *keyState, w *window) {
 }
 
 func (a *Aggregator) candleOf(k *keyState, w *window) candle.Candle {
-	if string(w.fid) != w.fidS { // compared without a copy
-		w.fidS = string(w.fid)
+	var c candle.Candle
+	a.fillCandle(&c, k, w)
+	return c
+}
+
+// fillCandle sets *c to the candle of k's window w. The trade id strings
+// are made only when the ids changed since the last candle of w, from
+// a.idStrs.
+func (a *Aggregator) fillCandle(c *candle.Candle, k *keyState, w *window) {
+	if w.fidNew {
+		w.fidS, w.fidNew = a.idStrs.of(w.fid), false
 	}
-	if string(w.lid) != w.lidS {
-		w.lidS = string(w.lid)
+	if w.lidNew {
+		w.lidS, w.lidNew = a.idStrs.of(w.lid), false
 	}
-	return candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
+	if invariant.Enabled {
+		invariant.Check(string(w.fid) == w.fidS && string(w.lid) == w.lidS,
+			"aggregator %s: key %q: window %s: cached trade ids %q, %q differ from %q, %q",
+			a.tfName, k.key, fmtMS(w.open), w.fidS, w.lidS, w.fid, w.lid)
+	}
+	*c = candle.Candle{Symbol: k.key, Timeframe: a.tfName, OpenTime: w.open, CloseTime: w.close,
 		Open: w.o, High: w.h, Low: w.l, Close: w.c, Volume: w.v, QuoteVolume: w.q, Trades: w.n,
 		Taker: w.tk, TakerBuyVolume: w.tbv, TakerBuyQuoteVolume: w.tbq,
 		FirstTradeID: w.fidS, LastTradeID: w.lidS}
+}
+
+// idStrings makes the trade id strings of candles. Short ids are carved
+// out of shared blocks of idStringsBlock bytes instead of allocated one by
+// one: the live scan (Active) makes a new last trade id for nearly every
+// key it visits. A string handed out is never written again (a block is
+// only appended to, and replaced when full), so a candle kept by a
+// publisher stays valid; it keeps its block (at most idStringsBlock bytes)
+// alive with it.
+type idStrings struct{ blk []byte }
+
+const idStringsBlock = 64
+
+// of returns b as a string.
+func (s *idStrings) of(b []byte) string {
+	switch {
+	case len(b) == 0:
+		return ""
+	case len(b) > idStringsBlock/4:
+		return string(b)
+	}
+	if cap(s.blk)-len(s.blk) < len(b) {
+		s.blk = make([]byte, 0, idStringsBlock)
+	}
+	n := len(s.blk)
+	s.blk = append(s.blk, b...)
+	return unsafe.String(&s.blk[n], len(b))
 }
 
 func (a *Aggregator) newWindow(open, close int64) *window {
@@ -226,6 +269,7 @@ func (a *Aggregator) newWindow(open, close int64) *window {
 		a.winPool = a.winPool[:n-1]
 	} else {
 		w = new(window)
+		w.lid = w.lidBuf[:0]
 	}
 	w.open, w.close = open, close
 	return w

@@ -306,7 +306,7 @@ func checkIDEntries(t *testing.T, a *Aggregator, st store) {
 	held := 0
 	for k := range a.keys.all() {
 		for _, w := range k.wins {
-			held += len(w.nums) + len(w.numIDs) + len(w.ids) + len(w.longIDs)
+			held += len(w.nums) + w.other.len()
 		}
 	}
 	if n := st.count(entryIDs); n != held || held == 0 {

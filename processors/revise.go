@@ -213,6 +213,7 @@ func (w *window) rebuild() {
 	w.oTS, w.cTS, w.n = 0, 0, 0
 	w.v, w.q, w.tbv, w.tbq = decimal.Sum{}, decimal.Sum{}, decimal.Sum{}, decimal.Sum{}
 	w.fid, w.lid = w.fid[:0], w.lid[:0]
+	w.fidNew, w.lidNew = true, true
 	for i := range w.trades {
 		tr := &w.trades[i]
 		t := candle.Trade{TS: tr.ts, Price: tr.price, Qty: tr.qty, ID: tr.id, Side: tr.side}

@@ -170,19 +170,19 @@ func (a *Aggregator) Changes(fn func(key, val []byte)) {
 		}
 		for _, w := range k.wins {
 			if a.horizon > 0 { // the ids are in the trade log
-				w.unsaved = w.unsaved[:0]
+				w.saved()
 				continue
 			}
-			if len(w.unsaved) > 0 {
+			if ids := w.unsavedIDs(); len(ids) > 0 {
 				if ip == 0 {
 					a.kbuf = keyPrefix(a.kbuf[:0], entryIDs, k.key)
 					ip = len(a.kbuf)
 				}
 				a.kbuf = binary.AppendVarint(a.kbuf[:ip], w.open)
 				a.kbuf = binary.AppendUvarint(a.kbuf, uint64(w.chunks))
-				fn(a.kbuf, w.unsaved)
+				fn(a.kbuf, ids)
 				w.chunks++
-				w.unsaved = w.unsaved[:0]
+				w.saved()
 			}
 		}
 		a.vbuf = encodeKey(a.vbuf[:0], k)
@@ -445,6 +445,7 @@ func (a *Aggregator) decodeKey(name string, val []byte) (*keyState, error) {
 		w.chunks = uint32(r.uvarint())
 		if val[1]&flagTrade != 0 {
 			w.tk, w.tbv, w.tbq, w.fid, w.lid = r.trade(w.fid, w.lid)
+			w.fidNew, w.lidNew = true, true
 		}
 		k.wins = append(k.wins, w)
 	}
