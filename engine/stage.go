@@ -45,6 +45,9 @@ type liveStage struct {
 	owned    map[int32]bool // the partitions the group gave us, as the callbacks last said
 	assigned []int32        // moves since the last handleEvents (for the log)
 	revoked  []int32
+	// regained are partitions the group assigned while we still held them
+	// (see regain): their state is stale, handleEvents restores them.
+	regained []int32
 
 	idleTimeout time.Duration // the processor's idle_timeout; 0: no idle advance (or a rollup)
 	lastProbe   time.Time     // when the end offsets were last asked for (idle advance)
@@ -115,6 +118,9 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 			s.evMu.Lock()
 			s.assigned = append(s.assigned, m[spec.InputTopic]...)
 			for _, p := range m[spec.InputTopic] {
+				if s.owned[p] {
+					s.regained = append(s.regained, p)
+				}
 				s.owned[p] = true
 			}
 			s.evMu.Unlock()
@@ -595,13 +601,16 @@ func watermarkOf(p processor) (int64, bool) {
 // is never restored again.
 func (s *liveStage) handleEvents(ctx context.Context) error {
 	s.evMu.Lock()
-	revoked, assigned := s.revoked, s.assigned
-	s.revoked, s.assigned = nil, nil
+	revoked, assigned, regained := s.revoked, s.assigned, s.regained
+	s.revoked, s.assigned, s.regained = nil, nil, nil
 	owned := make([]int32, 0, len(s.owned))
 	for p := range s.owned {
 		owned = append(owned, p)
 	}
 	s.evMu.Unlock()
+	if err := s.regain(ctx, regained); err != nil {
+		return err
+	}
 	for p := range s.parts {
 		if !s.owns(p) {
 			delete(s.parts, p)
@@ -621,6 +630,42 @@ func (s *liveStage) handleEvents(ctx context.Context) error {
 		s.e.health.moved(s.spec.Name, s.spec.InputTopic, revoked)
 		s.log.Info("partitions moved", "assigned", assigned, "revoked", revoked, "owned", len(s.parts))
 		s.e.m.owned.WithLabelValues(s.spec.Name).Set(float64(len(s.parts)))
+	}
+	return nil
+}
+
+// regain drops the state of partitions the group assigned to us while we
+// still held them. The group never assigns a member a partition it has:
+// it took them away and gave them back, and we did not see them go (kgo's
+// transact session skips a revoke, or a loss, that comes before the
+// session's End of an earlier one). Meanwhile another member may have
+// owned them and committed: the state we hold is from before its commits,
+// and counting the input from the group's offsets onto it would lose the
+// input that member counted and write state entries over its own (dedupe
+// id chunks of a window the key entry we hold does not count, which no
+// restore accepts once the window closes). They are restored from the
+// changelog instead, like any assigned partition. An open transaction is
+// aborted first, dropping every partition (it cannot hold input of the
+// regained ones, which we did not fetch while they were away, but the
+// session's End would abort it anyway when it saw the revoke).
+func (s *liveStage) regain(ctx context.Context, regained []int32) error {
+	var stale []int32
+	for _, p := range regained {
+		if _, ok := s.parts[p]; ok && !slices.Contains(stale, p) {
+			stale = append(stale, p)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	slices.Sort(stale)
+	s.log.Warn("the group gave back partitions this member held without a revoke reaching it; restoring them from the changelog (another member may have committed them meanwhile)",
+		"partitions", stale, "in_transaction", s.inTxn)
+	if s.inTxn {
+		return s.abort(ctx) // drops every partition
+	}
+	for _, p := range stale {
+		delete(s.parts, p)
 	}
 	return nil
 }
