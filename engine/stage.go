@@ -704,7 +704,7 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 		return nil, 0, err
 	}
 	if err := s.e.startProcessor(proc, ref, st.entries); err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("%w (read from %s)", err, st.source())
 	}
 	ps := &partState{unit: unit{proc: proc, sinceSnap: int64(st.records), liveKeys: len(st.entries), snap: st.snap},
 		src: "partition " + strconv.Itoa(int(p)), nextInput: st.progress.next}
