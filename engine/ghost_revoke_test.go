@@ -211,6 +211,9 @@ func TestMissedRevokeThenReassignRestores(t *testing.T) {
 			st[string(rec.Key[1:])] = rec.Value
 		}
 	}
+	if len(parts) != 2 {
+		t.Fatalf("the changelog holds the state of %d partitions, want 2", len(parts))
+	}
 	for p, st := range parts {
 		if err := engine.RestoreEntries(r.top, "c1m", st); err != nil {
 			t.Errorf("partition %d: the committed state does not restore: %v", p, err)
