@@ -237,8 +237,8 @@
 // session's End of an earlier one, so the callbacks can miss a partition
 // going away; when the group then assigns it to us again, the partition we
 // still hold is stale (another member may have committed it meanwhile), so
-// it is dropped — the open transaction aborted — and restored like any
-// assigned partition (liveStage.regain).
+// its state is dropped and restored like any assigned partition
+// (liveStage.regain).
 //
 // If ending the transaction fails and the abort after it fails too (a
 // timeout, a coordinator that already aborted it on its own), the

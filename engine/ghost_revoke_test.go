@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -145,9 +146,16 @@ processors:
 // it held before b, it would count its trades onto that state: the
 // window's candle would miss b's trades, and its id chunks would overwrite
 // b's, leaving chunks of the window no key entry knows once it closes (a
-// state no restore accepts).
+// state no restore accepts). In "busy", trades keep coming while b leaves,
+// so a mostly has a transaction open when the partition comes back.
 func TestMissedRevokeThenReassignRestores(t *testing.T) {
 	testkit.WallClockTest(t)
+	for _, busy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "idle", true: "busy"}[busy], func(t *testing.T) { testMissedRevokeThenReassign(t, busy) })
+	}
+}
+
+func testMissedRevokeThenReassign(t *testing.T, busy bool) {
 	r := newKfakeRig(t, 2) // the clock stays at 00:00:02 until the last step: no idle advance drops the ghost
 	id := 0
 	sent := [2]int64{}
@@ -174,8 +182,33 @@ func TestMissedRevokeThenReassignRestores(t *testing.T) {
 	for i := range 3 { // three transactions of b: three id chunks of the window
 		batch(time.Second+time.Duration(i+1)*100*time.Millisecond, 2)
 	}
+	var flow sync.WaitGroup
+	stopFlow := make(chan struct{})
+	if busy {
+		flow.Go(func() {
+			for {
+				select {
+				case <-stopFlow:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+				for p := range int32(2) {
+					id++
+					v := fmt.Appendf(nil, `{"symbol":"BTC","ts":%d,"price":"43","qty":"1","trade_id":%d}`, r.minute.Add(1600*time.Millisecond).UnixMilli(), id)
+					if err := r.cl.ProduceSync(context.Background(), &kgo.Record{Topic: "trades", Partition: p, Key: []byte("BTC"), Value: v}).FirstErr(); err != nil {
+						t.Error(err)
+						return
+					}
+					sent[p]++
+				}
+			}
+		})
+	}
 	stopB() // a gets the partition back
-	batch(1500*time.Millisecond, 2)
+	time.Sleep(time.Second)
+	close(stopFlow)
+	flow.Wait()
+	batch(1700*time.Millisecond, 2)
 
 	// The next minute closes the window.
 	r.clock.Set(r.minute.Add(time.Minute + 3*time.Second))

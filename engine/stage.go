@@ -608,9 +608,7 @@ func (s *liveStage) handleEvents(ctx context.Context) error {
 		owned = append(owned, p)
 	}
 	s.evMu.Unlock()
-	if err := s.regain(ctx, regained); err != nil {
-		return err
-	}
+	s.regain(regained)
 	for p := range s.parts {
 		if !s.owns(p) {
 			delete(s.parts, p)
@@ -644,11 +642,13 @@ func (s *liveStage) handleEvents(ctx context.Context) error {
 // input that member counted and write state entries over its own (dedupe
 // id chunks of a window the key entry we hold does not count, which no
 // restore accepts once the window closes). They are restored from the
-// changelog instead, like any assigned partition. An open transaction is
-// aborted first, dropping every partition (it cannot hold input of the
-// regained ones, which we did not fetch while they were away, but the
-// session's End would abort it anyway when it saw the revoke).
-func (s *liveStage) regain(ctx context.Context, regained []int32) error {
+// changelog instead, like any assigned partition. Only their state is
+// dropped: the open transaction holds no input of theirs (kgo stopped
+// fetching them when they went, and a transaction open then aborts at its
+// End, which saw the revoke), and aborting it here would lose input of the
+// other partitions — the poll this runs after already returned records
+// past the ones the abort would make us read again.
+func (s *liveStage) regain(regained []int32) {
 	var stale []int32
 	for _, p := range regained {
 		if _, ok := s.parts[p]; ok && !slices.Contains(stale, p) {
@@ -656,18 +656,14 @@ func (s *liveStage) regain(ctx context.Context, regained []int32) error {
 		}
 	}
 	if len(stale) == 0 {
-		return nil
+		return
 	}
 	slices.Sort(stale)
 	s.log.Warn("the group gave back partitions this member held without a revoke reaching it; restoring them from the changelog (another member may have committed them meanwhile)",
 		"partitions", stale, "in_transaction", s.inTxn)
-	if s.inTxn {
-		return s.abort(ctx) // drops every partition
-	}
 	for _, p := range stale {
 		delete(s.parts, p)
 	}
-	return nil
 }
 
 // part returns the state of partition p, restoring it first if needed.
