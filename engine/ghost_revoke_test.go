@@ -147,7 +147,8 @@ processors:
 // window's candle would miss b's trades, and its id chunks would overwrite
 // b's, leaving chunks of the window no key entry knows once it closes (a
 // state no restore accepts). In "busy", trades keep coming while b leaves,
-// so a mostly has a transaction open when the partition comes back.
+// so the partition may come back while a has a transaction open, whose
+// input must not be lost either.
 func TestMissedRevokeThenReassignRestores(t *testing.T) {
 	testkit.WallClockTest(t)
 	for _, busy := range []bool{false, true} {
