@@ -45,8 +45,9 @@ type liveStage struct {
 	owned    map[int32]bool // the partitions the group gave us, as the callbacks last said
 	assigned []int32        // moves since the last handleEvents (for the log)
 	revoked  []int32
-	// regained are partitions the group assigned while we still held them
-	// (see regain): their state is stale, handleEvents restores them.
+	// regained are partitions the group assigned while we still held them,
+	// or before handleEvents dropped them after a revoke (see regain):
+	// their state is stale, handleEvents restores them.
 	regained []int32
 
 	idleTimeout time.Duration // the processor's idle_timeout; 0: no idle advance (or a rollup)
@@ -118,7 +119,9 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 			s.evMu.Lock()
 			s.assigned = append(s.assigned, m[spec.InputTopic]...)
 			for _, p := range m[spec.InputTopic] {
-				if s.owned[p] {
+				if s.owned[p] || slices.Contains(s.revoked, p) {
+					// Held, or gone since the last handleEvents, which
+					// has not dropped its state yet.
 					s.regained = append(s.regained, p)
 				}
 				s.owned[p] = true
@@ -633,21 +636,23 @@ func (s *liveStage) handleEvents(ctx context.Context) error {
 }
 
 // regain drops the state of partitions the group assigned to us while we
-// still held them. The group never assigns a member a partition it has:
-// it took them away and gave them back, and we did not see them go (kgo's
-// transact session skips a revoke, or a loss, that comes before the
-// session's End of an earlier one). Meanwhile another member may have
-// owned them and committed: the state we hold is from before its commits,
-// and counting the input from the group's offsets onto it would lose the
-// input that member counted and write state entries over its own (dedupe
-// id chunks of a window the key entry we hold does not count, which no
-// restore accepts once the window closes). They are restored from the
-// changelog instead, like any assigned partition. Only their state is
-// dropped: the open transaction holds no input of theirs (kgo stopped
-// fetching them when they went, and a transaction open then aborts at its
-// End, which saw the revoke), and aborting it here would lose input of the
-// other partitions — the poll this runs after already returned records
-// past the ones the abort would make us read again.
+// still held them. The group never assigns a member a partition it has: it
+// took them away and gave them back, and either we did not see them go
+// (kgo's transact session skips a revoke, or a loss, that comes before the
+// session's End of an earlier one) or we saw it only since the last
+// handleEvents, which would find them owned again and keep their state.
+// Meanwhile another member may have owned them and committed: the state we
+// hold is from before its commits, and counting the input from the
+// group's offsets onto it would lose the input that member counted and
+// write state entries over its own (dedupe id chunks of a window the key
+// entry we hold does not count, which no restore accepts once the window
+// closes). They are restored from the changelog instead, like any
+// assigned partition. Only their state is dropped: the open transaction
+// holds no input of theirs (kgo stopped fetching them when they went, and
+// a transaction open then aborts at its End, which saw the revoke), and
+// aborting it here would lose input of the other partitions — the poll
+// this runs after already returned records past the ones the abort would
+// make us read again.
 func (s *liveStage) regain(regained []int32) {
 	var stale []int32
 	for _, p := range regained {
@@ -659,7 +664,7 @@ func (s *liveStage) regain(regained []int32) {
 		return
 	}
 	slices.Sort(stale)
-	s.log.Warn("the group gave back partitions this member held without a revoke reaching it; restoring them from the changelog (another member may have committed them meanwhile)",
+	s.log.Warn("the group gave back partitions this member still held (a revoke it missed, or one it has not acted on yet); restoring them from the changelog, as another member may have committed them meanwhile",
 		"partitions", stale, "in_transaction", s.inTxn)
 	for _, p := range stale {
 		delete(s.parts, p)
