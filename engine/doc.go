@@ -233,6 +233,13 @@
 // group callbacks keep (assigned adds, revoked and lost remove), not a queue
 // of moves: a partition revoked while a transaction aborts is never restored,
 // processed, emitted or committed by this instance again (no ghost owner).
+// kgo's transact session skips a revoke (or a loss) that comes before the
+// session's End of an earlier one, so the callbacks can miss a partition
+// going away; when the group then assigns it to us again (or assigns again
+// one whose revoke the stage has not acted on yet), the partition we still
+// hold is stale (another member may have committed it meanwhile), so its
+// state is dropped and restored like any assigned partition
+// (liveStage.regain).
 //
 // If ending the transaction fails and the abort after it fails too (a
 // timeout, a coordinator that already aborted it on its own), the

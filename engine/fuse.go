@@ -196,7 +196,7 @@ func (s *liveStage) restoreChain(ctx context.Context, ps *partState, p int32) (i
 			return n, fmt.Errorf("fused %s: %w", fs.spec.Name, err)
 		}
 		if err := s.e.startProcessor(proc, ref, st.entries); err != nil {
-			return n, fmt.Errorf("fused %s: %w", fs.spec.Name, err)
+			return n, fmt.Errorf("fused %s: %w (read from %s)", fs.spec.Name, err, st.source())
 		}
 		n += st.records
 		fu := &fusedUnit{unit: unit{proc: proc, sinceSnap: int64(st.records), liveKeys: len(st.entries), snap: st.snap},

@@ -124,13 +124,14 @@ func (r *kfakeRig) releaseFetches() {
 	r.relOnce.Do(func() { close(r.release) })
 }
 
-// start runs an instance; stop cancels it (a graceful stop) and checks its error.
-func (r *kfakeRig) start(name, stateDir string, reg *prometheus.Registry) (stop func()) {
+// start runs an instance (opts after the rig's own); stop cancels it (a
+// graceful stop) and checks its error.
+func (r *kfakeRig) start(name, stateDir string, reg *prometheus.Registry, opts ...engine.Option) (stop func()) {
 	r.t.Helper()
 	log := slog.New(slog.NewTextHandler(testWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	eng, err := engine.New(r.top, engine.WithStateDir(stateDir), engine.WithInstanceID(name), engine.WithLogger(log),
+	eng, err := engine.New(r.top, append([]engine.Option{engine.WithStateDir(stateDir), engine.WithInstanceID(name), engine.WithLogger(log),
 		engine.WithClock(r.clock), engine.WithRegisterer(reg),
-		engine.WithSessionTimeout(6*time.Second), engine.WithTransactionTimeout(6*time.Second))
+		engine.WithSessionTimeout(6 * time.Second), engine.WithTransactionTimeout(6 * time.Second)}, opts...)...)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -45,6 +45,10 @@ type liveStage struct {
 	owned    map[int32]bool // the partitions the group gave us, as the callbacks last said
 	assigned []int32        // moves since the last handleEvents (for the log)
 	revoked  []int32
+	// regained are partitions the group assigned while we still held them,
+	// or before handleEvents dropped them after a revoke (see regain):
+	// their state is stale, handleEvents restores them.
+	regained []int32
 
 	idleTimeout time.Duration // the processor's idle_timeout; 0: no idle advance (or a rollup)
 	lastProbe   time.Time     // when the end offsets were last asked for (idle advance)
@@ -115,6 +119,11 @@ func newLiveStage(e *Engine, spec *stageSpec) (*liveStage, error) {
 			s.evMu.Lock()
 			s.assigned = append(s.assigned, m[spec.InputTopic]...)
 			for _, p := range m[spec.InputTopic] {
+				if s.owned[p] || slices.Contains(s.revoked, p) {
+					// Held, or gone since the last handleEvents, which
+					// has not dropped its state yet.
+					s.regained = append(s.regained, p)
+				}
 				s.owned[p] = true
 			}
 			s.evMu.Unlock()
@@ -595,13 +604,14 @@ func watermarkOf(p processor) (int64, bool) {
 // is never restored again.
 func (s *liveStage) handleEvents(ctx context.Context) error {
 	s.evMu.Lock()
-	revoked, assigned := s.revoked, s.assigned
-	s.revoked, s.assigned = nil, nil
+	revoked, assigned, regained := s.revoked, s.assigned, s.regained
+	s.revoked, s.assigned, s.regained = nil, nil, nil
 	owned := make([]int32, 0, len(s.owned))
 	for p := range s.owned {
 		owned = append(owned, p)
 	}
 	s.evMu.Unlock()
+	s.regain(regained)
 	for p := range s.parts {
 		if !s.owns(p) {
 			delete(s.parts, p)
@@ -623,6 +633,42 @@ func (s *liveStage) handleEvents(ctx context.Context) error {
 		s.e.m.owned.WithLabelValues(s.spec.Name).Set(float64(len(s.parts)))
 	}
 	return nil
+}
+
+// regain drops the state of partitions the group assigned to us while we
+// still held them. The group never assigns a member a partition it has: it
+// took them away and gave them back, and either we did not see them go
+// (kgo's transact session skips a revoke, or a loss, that comes before the
+// session's End of an earlier one) or we saw it only since the last
+// handleEvents, which would find them owned again and keep their state.
+// Meanwhile another member may have owned them and committed: the state we
+// hold is from before its commits, and counting the input from the
+// group's offsets onto it would lose the input that member counted and
+// write state entries over its own (dedupe id chunks of a window the key
+// entry we hold does not count, which no restore accepts once the window
+// closes). They are restored from the changelog instead, like any
+// assigned partition. Only their state is dropped: the open transaction
+// holds no input of theirs (kgo stopped fetching them when they went, and
+// a transaction open then aborts at its End, which saw the revoke), and
+// aborting it here would lose input of the other partitions — the poll
+// this runs after already returned records past the ones the abort would
+// make us read again.
+func (s *liveStage) regain(regained []int32) {
+	var stale []int32
+	for _, p := range regained {
+		if _, ok := s.parts[p]; ok && !slices.Contains(stale, p) {
+			stale = append(stale, p)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	slices.Sort(stale)
+	s.log.Warn("the group gave back partitions this member still held (a revoke it missed, or one it has not acted on yet); restoring them from the changelog, as another member may have committed them meanwhile",
+		"partitions", stale, "in_transaction", s.inTxn)
+	for _, p := range stale {
+		delete(s.parts, p)
+	}
 }
 
 // part returns the state of partition p, restoring it first if needed.
@@ -659,7 +705,7 @@ func (s *liveStage) restore(ctx context.Context, p int32) (*partState, int, erro
 		return nil, 0, err
 	}
 	if err := s.e.startProcessor(proc, ref, st.entries); err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("%w (read from %s)", err, st.source())
 	}
 	ps := &partState{unit: unit{proc: proc, sinceSnap: int64(st.records), liveKeys: len(st.entries), snap: st.snap},
 		src: "partition " + strconv.Itoa(int(p)), nextInput: st.progress.next}

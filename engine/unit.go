@@ -172,6 +172,22 @@ type unitState struct {
 	records  int     // changelog records read
 	mine     int     // changelog records of the unit read
 	snap     snapRef // the snapshot restore read from (valid() false: none)
+	// What was read, for errors about the state: local state (Pebble) or
+	// not, the changelog from offset from to the barrier, and whether from
+	// is a snapshot's marker.
+	local, fromSnap bool
+	from, barrier   int64
+}
+
+// source says where st was read from, for errors about the state.
+func (st *unitState) source() string {
+	switch {
+	case st.local:
+		return fmt.Sprintf("local state, then the changelog from offset %d to the restore barrier at %d", st.from, st.barrier)
+	case st.fromSnap:
+		return fmt.Sprintf("the changelog from the snapshot at offset %d to the restore barrier at %d", st.from, st.barrier)
+	}
+	return fmt.Sprintf("the changelog from its start (offset %d) to the restore barrier at %d", st.from, st.barrier)
 }
 
 // restoreUnit rebuilds a unit's committed state (see the package doc): the
@@ -287,6 +303,7 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 		}
 		return nil
 	}
+	st.local, st.fromSnap, st.from, st.barrier = ok, !ok && hasSnap, from, barrier
 	if from <= barrier {
 		err = io.read(ctx, from, barrier, apply)
 		if errors.Is(err, errNotSnapshot) {
@@ -295,6 +312,7 @@ func (e *Engine) restoreUnit(ctx context.Context, u unitRef, io unitIO, inMemory
 			hasSnap, check = false, nil
 			reset()
 			st.found = false
+			st.fromSnap, st.from = false, start
 			err = io.read(ctx, start, barrier, apply)
 		}
 		if err != nil {
