@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kandle/kandle/candle"
@@ -145,7 +147,33 @@ func runEndToEnd(b *testing.B, n int, span time.Duration, interval string) (rate
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+	checkProcessed(b, adm, "bench.dlq", "c.1m")
 	return float64(n) / elapsed.Seconds(), float64(n) / cpu.Seconds()
+}
+
+// checkProcessed fails the benchmark when any input went to the dead-letter
+// topic dlq or the stage writing out wrote nothing: a run whose trades are
+// dead-lettered still catches up, and measures nothing.
+func checkProcessed(b *testing.B, adm *kadm.Client, dlq, out string) {
+	ends, err := adm.ListEndOffsets(context.Background(), dlq, out)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var dead, made int64
+	ends.Each(func(o kadm.ListedOffset) {
+		switch {
+		case errors.Is(o.Err, kerr.UnknownTopicOrPartition): // never written
+		case o.Err != nil:
+			b.Fatalf("end offsets of %s/%d: %v", o.Topic, o.Partition, o.Err)
+		case o.Topic == dlq:
+			dead += o.Offset
+		default:
+			made += o.Offset
+		}
+	})
+	if dead > 0 || made == 0 {
+		b.Fatalf("the run dead-lettered %d records to %s and wrote %d to %s: the benchmark's input was not processed", dead, dlq, made, out)
+	}
 }
 
 // stageGroups lists the consumer groups of the stages of top: a fused

@@ -205,6 +205,7 @@ func runFailover(b *testing.B, keys, n int, keepDisk bool) takeover {
 	if err := <-adone; err != nil {
 		b.Fatal(err)
 	}
+	checkProcessed(b, adm, "fo.dlq", "fo.1m") // a dead-lettered history leaves no state to take over
 
 	// A read-committed consumer from the output's current end, and one trade
 	// two minutes past the history, which closes every key's open window (and
