@@ -26,24 +26,13 @@ const chromium = "/usr/bin/chromium"
 // 1, a new high) through the stream: the page redraws that bar with the
 // revision's values.
 func TestChartRedrawsRevision(t *testing.T) {
-	if _, err := exec.LookPath(chromium); err != nil {
-		t.Fatalf("%s not found: the chart page test needs Debian's chromium; run scripts/test-deps.sh (or apt-get install chromium)", chromium)
-	}
-	m1 := tf(t, "1m")
-	start0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	cs := series("BTC/USDT", m1, start0.UnixMilli(), 30, 11)
-	mem := NewMemory(1000)
+	bctx := browser(t)
+	cs, mem, s := chartSeries(t)
 	hole := cs[10] // a window whose first candle comes late (below)
 	mem.Add(cs[:10]...)
 	mem.Add(cs[11:29]...)
 	mem.Active(cs[29])
-	s, err := New(Options{Config: defaults(t), Timeframes: map[string]candle.Timeframe{"1m": m1}, Hot: mem, Live: mem, Feed: mem,
-		Now: func() time.Time { return start0.Add(31 * time.Minute) }, Log: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	page := start(t, s)
-	bctx := browser(t)
 	if err := chromedp.Do(bctx, chromedp.Navigate(page+"/?symbol="+url.QueryEscape("BTC/USDT")+"&timeframe=1m")); err != nil {
 		t.Fatalf("open the page: %v", err)
 	}
@@ -114,21 +103,11 @@ func TestChartRedrawsRevision(t *testing.T) {
 // before it read, so it draws that candle, which the stream never sends
 // again.
 func TestChartMissesNoCandleWhileLoading(t *testing.T) {
-	if _, err := exec.LookPath(chromium); err != nil {
-		t.Fatalf("%s not found: the chart page test needs Debian's chromium; run scripts/test-deps.sh (or apt-get install chromium)", chromium)
-	}
-	m1 := tf(t, "1m")
-	start0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	cs := series("BTC/USDT", m1, start0.UnixMilli(), 30, 11)
-	mem := NewMemory(1000)
+	bctx := browser(t)
+	cs, mem, s := chartSeries(t)
 	missing := cs[28] // published while the page's read is held
 	mem.Add(cs[:28]...)
 	mem.Active(cs[29])
-	s, err := New(Options{Config: defaults(t), Timeframes: map[string]candle.Timeframe{"1m": m1}, Hot: mem, Live: mem, Feed: mem,
-		Now: func() time.Time { return start0.Add(31 * time.Minute) }, Log: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	backend, err := url.Parse(start(t, s))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +127,6 @@ func TestChartMissesNoCandleWhileLoading(t *testing.T) {
 	defer front.Close()
 	defer once.Do(func() {}) // a failed test never blocks the proxy
 
-	bctx := browser(t)
 	if err := chromedp.Do(bctx, chromedp.Navigate(front.URL+"/?symbol="+url.QueryEscape("BTC/USDT")+"&timeframe=1m")); err != nil {
 		close(release)
 		t.Fatalf("open the page: %v", err)
@@ -187,9 +165,28 @@ func TestChartMissesNoCandleWhileLoading(t *testing.T) {
 	}
 }
 
+// chartSeries returns 30 one-minute candles of BTC/USDT from 12:00, an
+// empty store that serves and publishes them once added, and a server on
+// it whose clock reads 12:31.
+func chartSeries(t *testing.T) ([]candle.Candle, *Memory, *Server) {
+	t.Helper()
+	m1 := tf(t, "1m")
+	start0 := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	mem := NewMemory(1000)
+	s, err := New(Options{Config: defaults(t), Timeframes: map[string]candle.Timeframe{"1m": m1}, Hot: mem, Live: mem, Feed: mem,
+		Now: func() time.Time { return start0.Add(31 * time.Minute) }, Log: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return series("BTC/USDT", m1, start0.UnixMilli(), 30, 11), mem, s
+}
+
 // browser starts a headless Chromium for one test.
 func browser(t *testing.T) context.Context {
 	t.Helper()
+	if _, err := exec.LookPath(chromium); err != nil {
+		t.Fatalf("%s not found: the chart page test needs Debian's chromium; run scripts/test-deps.sh (or apt-get install chromium)", chromium)
+	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium),
 		chromedp.Flag("headless", true), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
