@@ -74,6 +74,46 @@ func exchangeTrades(rng *rand.Rand, n, keys int, win time.Duration) (recs [][]by
 	return out, append(walls, cur)
 }
 
+// idChunkCase is one random configuration of the id chunk tests.
+type idChunkCase struct {
+	win                            time.Duration
+	gap, revise, live, idle, fused bool
+}
+
+// randomIDChunkCase draws a window of 15s or 1m, gap fill or not, a
+// revision horizon (1 in 4), the shipped idle_timeout and max_future or
+// none, keys freed after a short max_idle (1 in 3) and quiet marks for
+// fused rollups (1 in 3).
+func randomIDChunkCase(rng *rand.Rand) idChunkCase {
+	return idChunkCase{win: [2]time.Duration{15 * time.Second, time.Minute}[rng.IntN(2)],
+		gap: rng.IntN(2) == 0, revise: rng.IntN(4) == 0, live: rng.IntN(2) == 0,
+		idle: rng.IntN(3) == 0, fused: rng.IntN(3) == 0}
+}
+
+func (cc idChunkCase) String() string {
+	return fmt.Sprintf("%s, gap fill %v, revise %v, live %v, max_idle %v, rollups %v", cc.win, cc.gap, cc.revise, cc.live, cc.idle, cc.fused)
+}
+
+// mod configures an aggregator as cc says.
+func (cc idChunkCase) mod(t *testing.T) func(*CandleConfig) {
+	return func(c *CandleConfig) {
+		c.Timeframe = tfOf(t, map[time.Duration]string{15 * time.Second: "15s", time.Minute: "1m"}[cc.win], nil)
+		c.Lateness, c.GapFill = 2*time.Second, cc.gap
+		if cc.revise {
+			c.ReviseWithin = time.Hour
+		}
+		if cc.live { // the shipped idle_timeout and max_future
+			c.Live, c.IdleTimeout, c.MaxFuture = true, 5*time.Second, time.Second
+		}
+		if cc.idle {
+			c.MaxIdle = 8 * cc.win
+		}
+		if cc.fused {
+			c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil), tfOf(t, "15m", nil)}
+		}
+	}
+}
+
 // TestIDChunksSurviveKills: an aggregator with dedupe whose instance is
 // killed at random points (its changes since the last checkpoint lost,
 // sometimes after a commit that failed) restores from the checkpointed
@@ -85,25 +125,8 @@ func TestIDChunksSurviveKills(t *testing.T) {
 	chunks, later := 0, 0 // id chunk entries restored
 	for seed := range uint64(*idChunkSeeds) {
 		rng := rand.New(rand.NewPCG(seed, 0x1dc))
-		win := [2]time.Duration{15 * time.Second, time.Minute}[rng.IntN(2)]
-		gap, revise, live := rng.IntN(2) == 0, rng.IntN(4) == 0, rng.IntN(2) == 0
-		idle, fused := rng.IntN(3) == 0, rng.IntN(3) == 0 // keys freed after a short max_idle; quiet marks for rollups
-		mod := func(c *CandleConfig) {
-			c.Timeframe = tfOf(t, map[time.Duration]string{15 * time.Second: "15s", time.Minute: "1m"}[win], nil)
-			c.Lateness, c.GapFill = 2*time.Second, gap
-			if revise {
-				c.ReviseWithin = time.Hour
-			}
-			if live { // the shipped idle_timeout and max_future
-				c.Live, c.IdleTimeout, c.MaxFuture = true, 5*time.Second, time.Second
-			}
-			if idle {
-				c.MaxIdle = 8 * win
-			}
-			if fused {
-				c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil), tfOf(t, "15m", nil)}
-			}
-		}
+		cc := randomIDChunkCase(rng)
+		win, gap, revise, idle, fused, mod := cc.win, cc.gap, cc.revise, cc.idle, cc.fused, cc.mod(t)
 		clock := &testClock{}
 		build := func() *Aggregator {
 			a := newAgg(t, candle.Timeframe{}, mod)
@@ -111,7 +134,7 @@ func TestIDChunksSurviveKills(t *testing.T) {
 			return a
 		}
 		recs, walls := exchangeTrades(rng, 4000, 2+rng.IntN(40), win)
-		desc := fmt.Sprintf("seed %d (%s, gap fill %v, revise %v, live %v, max_idle %v, rollups %v)", seed, win, gap, revise, live, idle, fused)
+		desc := fmt.Sprintf("seed %d (%s)", seed, cc)
 
 		outOf := func(a *Aggregator, i int, out *Output) string {
 			var b strings.Builder

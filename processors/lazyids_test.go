@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kandle/kandle/candle"
 )
@@ -23,25 +22,8 @@ func TestLazyIDChunksSameBytes(t *testing.T) {
 	mixed, inOrder := 0, 0 // id chunks with and without other ids among the in-order numeric ones
 	for seed := range uint64(max(1, *idChunkSeeds/2)) {
 		rng := rand.New(rand.NewPCG(seed, 0x1a2))
-		win := [2]time.Duration{15 * time.Second, time.Minute}[rng.IntN(2)]
-		gap, revise, live := rng.IntN(2) == 0, rng.IntN(4) == 0, rng.IntN(2) == 0
-		idle, fused := rng.IntN(3) == 0, rng.IntN(3) == 0
-		mod := func(c *CandleConfig) {
-			c.Timeframe = tfOf(t, map[time.Duration]string{15 * time.Second: "15s", time.Minute: "1m"}[win], nil)
-			c.Lateness, c.GapFill = 2*time.Second, gap
-			if revise {
-				c.ReviseWithin = time.Hour
-			}
-			if live {
-				c.Live, c.IdleTimeout, c.MaxFuture = true, 5*time.Second, time.Second
-			}
-			if idle {
-				c.MaxIdle = 8 * win
-			}
-			if fused {
-				c.Rollups = []candle.Timeframe{tfOf(t, "5m", nil), tfOf(t, "15m", nil)}
-			}
-		}
+		cc := randomIDChunkCase(rng)
+		win, mod := cc.win, cc.mod(t)
 		clock := &testClock{}
 		build := func(eager bool) *Aggregator {
 			a := newAgg(t, candle.Timeframe{}, mod)
@@ -49,7 +31,7 @@ func TestLazyIDChunksSameBytes(t *testing.T) {
 			return a
 		}
 		recs, walls := exchangeTrades(rng, 4000, 2+rng.IntN(40), win)
-		desc := fmt.Sprintf("seed %d (%s, gap fill %v, revise %v, live %v, max_idle %v, rollups %v)", seed, win, gap, revise, live, idle, fused)
+		desc := fmt.Sprintf("seed %d (%s)", seed, cc)
 
 		var changes [2]strings.Builder
 		changesOf := func(i int, a *Aggregator, st store) {
